@@ -1,0 +1,72 @@
+"""Structured-log event names, and the one place where logging is configured.
+
+Library code only calls :func:`get_logger` and emits the names below; the entry
+point (CLI, daemon) calls :func:`configure_logging` once.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Final, Literal
+
+import msgspec
+import structlog
+
+# Decoding and sources
+FILE_IGNORED: Final = "file_ignored"  # an unknown file name in a data dir (logged once per name)
+RECORDS_DROPPED: Final = "records_dropped"  # invalid records skipped under the skip policy
+RECORDS_LOST: Final = "records_lost"  # gaps in a record family's rolling counter
+TRUNCATED_TAIL: Final = "truncated_tail"  # a stream ends in a partial record
+LEADING_BYTES_DROPPED: Final = "leading_bytes_dropped"  # aged stream starts mid-record
+BATCH_DECODED: Final = "batch_decoded"
+# Export
+EXPORT_STARTED: Final = "export_started"
+EXPORT_FINISHED: Final = "export_finished"
+FILE_WRITTEN: Final = "file_written"
+TIMELINE_EVENTS_DROPPED: Final = "timeline_events_dropped"
+# Simulator
+SIMULATION_WRITTEN: Final = "simulation_written"
+# Daemon
+DIR_DISCOVERED: Final = "dir_discovered"
+SLICE_PROCESSED: Final = "slice_processed"
+WINDOW_COMMITTED: Final = "window_committed"
+AGED: Final = "aged"
+GAP: Final = "gap"
+DECODE_ERROR: Final = "decode_error"
+BACKPRESSURE: Final = "backpressure"
+
+LogFormat = Literal["console", "json"]
+
+
+def _json_dumps(obj: Any, **_: Any) -> str:
+    return msgspec.json.encode(obj).decode()
+
+
+def configure_logging(*, verbosity: int = 0, log_format: LogFormat = "console") -> None:
+    """Configure structlog once for a process; logs go to stderr.
+
+    verbosity 0 shows warnings and errors, 1 adds info, 2 adds debug.
+    """
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    renderer: Any
+    if log_format == "json":
+        renderer = structlog.processors.JSONRenderer(serializer=_json_dumps)
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(**bound: Any) -> Any:
+    """A structlog logger with ``bound`` context (component, file, device, ...)."""
+    return structlog.get_logger().bind(**bound)
