@@ -17,7 +17,9 @@ def uint_column(n: int, dtype: Any, max_value: int | None = None) -> st.SearchSt
 
 
 @st.composite
-def columns(draw: st.DrawFn, spec: dict[str, tuple[Any, int | None]], max_rows: int = 50) -> dict[str, np.ndarray]:
+def columns(
+    draw: st.DrawFn, spec: dict[str, tuple[Any, int | None]], max_rows: int = 50
+) -> dict[str, np.ndarray]:
     """A dict of equally long columns; ``spec`` maps name -> (dtype, max value or None)."""
     n = draw(st.integers(0, max_rows))
     return {name: draw(uint_column(n, dtype, top)) for name, (dtype, top) in spec.items()}

@@ -94,7 +94,7 @@ def _always(_: StreamTraits) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Codec:
     """A record family: which files it owns, its record size and its decode/encode."""
 
@@ -190,12 +190,12 @@ def counter_gaps(cnt: npt.NDArray[np.integer[Any]], previous: int | None = None)
 
 
 def column(mapping: Mapping[str, Any], name: str, count: int, dtype: npt.DTypeLike) -> npt.NDArray[Any]:
-    """Column ``name`` of an encode() input as an array of ``dtype``; zeros when absent."""
+    """Column ``name`` of an encode() input as an array of ``dtype``; zeros when absent or null."""
     value = mapping.get(name)
     if value is None:
         return np.zeros(count, dtype)
     if isinstance(value, pa.Array | pa.ChunkedArray):
-        value = value.to_numpy(zero_copy_only=False)
+        value = value.fill_null(0).to_numpy(zero_copy_only=False)
     return np.asarray(value).astype(dtype, copy=False)
 
 

@@ -1,0 +1,1 @@
+"""pytest-benchmark setup: benchmarks run with `pytest bench --benchmark-enable`."""

@@ -1,0 +1,131 @@
+"""Macro benchmark: time whole ``profstream`` CLI runs and record wall time and peak RSS.
+
+Each scenario runs the CLI in a child process (start-up and numba compilation
+included, as a user sees it); peak RSS is the child's ``ru_maxrss``. Results are
+printed and, with ``--write``, replace the table between the markers in
+bench/README.md.
+
+    python bench/macro.py --scenario simulate-100MB --scenario inspect-100MB --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+README = HERE / "README.md"
+BEGIN, END = "<!-- macro:begin -->", "<!-- macro:end -->"
+
+
+@dataclass(frozen=True)
+class Result:
+    scenario: str
+    command: str
+    wall_s: float
+    peak_rss_mb: float
+    input_mb: float
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.input_mb / self.wall_s if self.wall_s else 0.0
+
+
+def du_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def run(argv: list[str]) -> tuple[float, float]:
+    """Run one CLI command in a child process; return (wall seconds, peak RSS MB of that child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "profstream", *argv], check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # ru_maxrss of children is the max over all children so far: run scenarios from small to large.
+    return wall, max(after, before) / 1024
+
+
+def simulated(work: Path, chip: str, size_mb: int) -> Path:
+    out = work / f"sim-{chip}-{size_mb}MB"
+    if not out.exists():
+        run(["simulate", str(out), "--chip", chip, "--size", str(size_mb), "--seed", "1"])
+    return out
+
+
+def scenario_simulate(chip: str, size_mb: int) -> Callable[[Path], Result]:
+    def go(work: Path) -> Result:
+        out = work / f"simulate-{chip}-{size_mb}"
+        argv = ["simulate", str(out), "--chip", chip, "--size", str(size_mb), "--seed", "2"]
+        wall, rss = run(argv)
+        return Result(f"simulate {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(out))
+
+    return go
+
+
+def scenario_inspect(chip: str, size_mb: int) -> Callable[[Path], Result]:
+    def go(work: Path) -> Result:
+        src = simulated(work, chip, size_mb)
+        argv = ["inspect", "-dir", str(src), "--json"]
+        wall, rss = run(argv)
+        return Result(f"inspect {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(src))
+
+    return go
+
+
+SCENARIOS: dict[str, Callable[[Path], Result]] = {
+    f"{kind}-{chip}-{size}MB": factory(chip, size)
+    for kind, factory in (("simulate", scenario_simulate), ("inspect", scenario_inspect))
+    for chip in ("910A", "910B")
+    for size in (100, 1024, 5120)
+}
+
+
+def table(results: list[Result]) -> str:
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"measured {time.strftime('%Y-%m-%d')} with `python bench/macro.py`.",
+        "",
+        "| scenario | raw input MB | wall s | MB/s | peak RSS MB | command |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    lines += [
+        f"| {r.scenario} | {r.input_mb:.0f} | {r.wall_s:.2f} | {r.mb_per_s:.0f} | {r.peak_rss_mb:.0f} "
+        f"| `{r.command}` |"
+        for r in results
+    ]
+    return "\n".join(lines)
+
+
+def write_readme(text: str) -> None:
+    readme = README.read_text()
+    head, _, rest = readme.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    README.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), required=True)
+    parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
+    parser.add_argument("--write", action="store_true", help="write the table into bench/README.md")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.work) as scratch:
+        results = [SCENARIOS[name](Path(scratch)) for name in args.scenario]
+    text = table(results)
+    print(text)
+    if args.write:
+        write_readme(text)
+
+
+if __name__ == "__main__":
+    main()

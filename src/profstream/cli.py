@@ -1,0 +1,312 @@
+"""The ``profstream`` command line.
+
+``export`` takes exactly msprof.py's arguments (Ascend/msprof
+``analysis/msinterface/msprof_entrance.py``; seeds/000) plus ``--layout``,
+``--output`` and ``--timeline-limit``. The msprof binary's form from the
+TensorFlow flow, ``profstream --export=on --output=PROF_DIR``, means "export
+timeline and summary of that directory".
+
+Exit codes: 0 success, 1 bad input (corrupt data, missing files), 2 usage
+(bad arguments or settings, or a command whose capability has not landed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from profstream import __version__
+from profstream.errors import ConfigError, NotImplementedYetError, ProfstreamError
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
+#: msprof's model id for step-granular export (framework steps, tags 60000/60001).
+STEP_MODEL_ID = 4294967295
+#: msprof's IterationRange.MAX_ITERATION_COUNT (specs/msprof_outputs.md §4b).
+MAX_ITERATION_COUNT = 5
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors raised as exceptions, so ``main`` owns the exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(self, message)
+
+
+class _UsageError(Exception):
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+def _int_in(low: int, high: int | None, what: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            msg = f"{what} must be an integer, got {text!r}"
+            raise argparse.ArgumentTypeError(msg) from None
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+            msg = f"{what} must be {bound}, got {value}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
+def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Options accepted both before and after the sub-command."""
+    default: Any = None if top else argparse.SUPPRESS
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
+        help="more log output (-v info, -vv debug)",
+    )
+    parser.add_argument(
+        "--log-format", choices=("console", "json"), default=default, help="log rendering (default: console)"
+    )
+    parser.add_argument("--config", metavar="FILE", default=default, help="a settings TOML file")
+
+
+def _export_arguments(parser: argparse.ArgumentParser, *, summary: bool) -> None:
+    parser.add_argument(
+        "-dir",
+        "--collection-dir",
+        dest="collection_dir",
+        required=True,
+        metavar="<dir>",
+        help="PROF_XXX directory or its parent (also an *_ascend_pt dir or a directory of many)",
+    )
+    parser.add_argument(
+        "--iteration-id",
+        type=_int_in(1, None, "--iteration-id"),
+        metavar="<iteration_id>",
+        help="iteration to export; must be given with --model-id",
+    )
+    parser.add_argument(
+        "--model-id",
+        type=_int_in(0, STEP_MODEL_ID, "--model-id"),
+        metavar="<model_id>",
+        help=f"model to export; must be given with --iteration-id; {STEP_MODEL_ID} selects framework steps",
+    )
+    parser.add_argument(
+        "--iteration-count",
+        type=_int_in(1, MAX_ITERATION_COUNT, "--iteration-count"),
+        default=1,
+        metavar="<iteration_count>",
+        help=f"iterations to export from --iteration-id (1..{MAX_ITERATION_COUNT})",
+    )
+    if summary:
+        parser.add_argument(
+            "--format", choices=("csv", "json"), default=None, help="summary file format (default csv)"
+        )
+    parser.add_argument(
+        "--clear", action="store_true", help="remove profstream's own caches after export (never raw data)"
+    )
+    parser.add_argument("--layout", choices=("msprof", "torch_npu", "parquet"), default=None)
+    parser.add_argument("--output", metavar="DIR", help="output directory (default: inside the PROF dir)")
+    parser.add_argument(
+        "--timeline-limit",
+        type=_int_in(1, None, "--timeline-limit"),
+        metavar="MB",
+        help="cap on the total timeline output in MB (default 500)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="profstream",
+        description="Streaming analysis of Huawei Ascend profiler data (PROF_XXX directories).",
+    )
+    parser.add_argument("--version", action="version", version=f"profstream {__version__}")
+    _common(parser, top=True)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = _Parser(add_help=False)
+    _common(common, top=False)
+
+    export = commands.add_parser("export", parents=[common], help="export timeline or summary, as msprof.py")
+    kinds = export.add_subparsers(
+        dest="kind", metavar="timeline|summary", parser_class=_Parser, required=True
+    )
+    _export_arguments(kinds.add_parser("timeline", parents=[common], help="timeline JSON"), summary=False)
+    _export_arguments(kinds.add_parser("summary", parents=[common], help="summary CSV/JSON"), summary=True)
+
+    inspect = commands.add_parser("inspect", parents=[common], help="what is in a PROF dir")
+    inspect.add_argument("-dir", "--collection-dir", dest="collection_dir", required=True, metavar="<dir>")
+    inspect.add_argument("--json", action="store_true", help="one JSON document instead of a table")
+
+    simulate = commands.add_parser("simulate", parents=[common], help="write a synthetic PROF_XXX directory")
+    simulate.add_argument("out", metavar="OUT", help="directory to write into")
+    simulate.add_argument("--chip", choices=("910A", "910B"), default="910B")
+    simulate.add_argument("--steps", type=_int_in(1, None, "--steps"), default=4)
+    simulate.add_argument("--ops-per-step", type=_int_in(1, None, "--ops-per-step"), default=64)
+    simulate.add_argument("--devices", type=_int_in(1, 64, "--devices"), default=1)
+    simulate.add_argument("--ranks", type=_int_in(1, None, "--ranks"), default=1)
+    simulate.add_argument("--framework", choices=("none", "torch_npu"), default="none")
+    simulate.add_argument("--aic-metrics", default="PipeUtilization", metavar="GROUP")
+    simulate.add_argument("--profiling-options", metavar="JSON", help="PROFILING_OPTIONS to record")
+    simulate.add_argument("--seed", type=int, default=0)
+    simulate.add_argument("--truth", metavar="DIR", help="also write the ground truth as Parquet here")
+    simulate.add_argument(
+        "--size",
+        type=_int_in(1, None, "--size"),
+        metavar="MB",
+        help="keep adding steps until about MB of raw data",
+    )
+
+    demo = commands.add_parser("demo", parents=[common], help="simulate a small run and analyse it")
+    demo.add_argument(
+        "--output", metavar="DIR", default="demo-out", help="where the demo writes (default demo-out)"
+    )
+
+    collect = commands.add_parser(
+        "collect", parents=[common], help="follow live PROF dirs (collector daemon)"
+    )
+    collect.add_argument("watch_dir", metavar="WATCH_DIR")
+    collect.add_argument("--output", required=True, metavar="OUT")
+    collect.add_argument("--storage-limit", type=_int_in(200, 4294967295, "--storage-limit"), metavar="MB")
+    collect.add_argument("--timeline-limit", type=_int_in(1, None, "--timeline-limit"), metavar="MB")
+    collect.add_argument("--status-port", type=_int_in(1, 65535, "--status-port"), metavar="PORT")
+    collect.add_argument("--once", action="store_true", help="process what is there, then exit")
+
+    cluster = commands.add_parser("cluster", parents=[common], help="analyse many ranks on Dask")
+    cluster.add_argument("dir", metavar="DIR")
+    cluster.add_argument("--output", required=True, metavar="OUT")
+    where = cluster.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS", help="a dask.distributed scheduler address")
+    where.add_argument("--workers", type=_int_in(1, None, "--workers"), help="LocalCluster size")
+    cluster.add_argument("--layout", choices=("msprof", "torch_npu", "parquet"), default=None)
+
+    validate = commands.add_parser(
+        "validate", parents=[common], help="check settings and profiler option strings without running"
+    )
+    validate.add_argument("--profiling-options", metavar="JSON", help="a PROFILING_OPTIONS JSON string")
+    validate.add_argument("--ms-profiler-options", metavar="JSON", help="an MS_PROFILER_OPTIONS JSON string")
+    return parser
+
+
+def _msprof_binary_form(argv: Sequence[str]) -> argparse.Namespace | None:
+    """Parse ``--export=on --output=DIR [...]`` (the msprof binary) as "export both"; None if absent."""
+    if not any(a == "--export" or a.startswith("--export=") for a in argv):
+        return None
+    binary = _Parser(prog="profstream --export=on")
+    binary.add_argument("--export", choices=("on", "off"), required=True)
+    binary.add_argument("--output", dest="collection_dir", required=True, metavar="PROF_DIR")
+    binary.add_argument("--iteration-id", type=_int_in(1, None, "--iteration-id"))
+    binary.add_argument("--model-id", type=_int_in(0, STEP_MODEL_ID, "--model-id"))
+    binary.add_argument("--clear", choices=("on", "off"), default="off")
+    _common(binary, top=True)
+    args = binary.parse_args(list(argv))
+    if args.export == "off":
+        raise _UsageError(binary, "--export=off asks for nothing; use --export=on")
+    args.clear = args.clear == "on"
+    args.command, args.kind = "export", "both"
+    args.iteration_count, args.format, args.layout, args.output, args.timeline_limit = (
+        1,
+        None,
+        None,
+        None,
+        None,
+    )
+    return args
+
+
+def _check_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    if (args.model_id is None) != (args.iteration_id is None):
+        parser.error("--model-id and --iteration-id must be set simultaneously")
+
+
+def _not_yet(what: str) -> Handler:
+    def handler(_: argparse.Namespace) -> int:
+        msg = f"{what} is not implemented yet"
+        raise NotImplementedYetError(msg)
+
+    return handler
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from profstream import options
+
+    settings = _settings(args)
+    export = settings.export
+    print(f"settings: ok ({export.layout} layout, timeline_limit {export.timeline_limit_mb} MB)")
+    env = dict(os.environ)
+    if args.profiling_options is not None:
+        env["PROFILING_OPTIONS"] = args.profiling_options
+    if args.ms_profiler_options is not None:
+        env["MS_PROFILER_OPTIONS"] = args.ms_profiler_options
+    for name, parsed in options.from_environment(env).items():
+        print(f"{name}: ok {parsed}")
+    return EXIT_OK
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from profstream.config import load_settings
+
+    overrides: dict[str, Any] = {}
+    export: dict[str, Any] = {}
+    if getattr(args, "layout", None):
+        export["layout"] = args.layout
+    if getattr(args, "format", None):
+        export["format"] = args.format
+    if getattr(args, "timeline_limit", None):
+        export["timeline_limit_mb"] = args.timeline_limit
+    if export:
+        overrides["export"] = export
+    return load_settings(getattr(args, "config", None), env=os.environ, overrides=overrides)
+
+
+def _handlers() -> dict[str, Handler]:
+    from profstream import commands
+
+    return {
+        "export": _not_yet("export (the sinks and export capability)"),
+        "inspect": commands.run_inspect,
+        "simulate": commands.run_simulate,
+        "demo": commands.run_demo,
+        "collect": _not_yet("collect (the collector daemon capability)"),
+        "cluster": _not_yet("cluster (the Dask cluster capability)"),
+        "validate": _run_validate,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (also used as the console-script entry point)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = _msprof_binary_form(argv) or parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        if args.command == "export":
+            _check_export(args, parser)
+    except _UsageError as exc:
+        exc.parser.print_usage(sys.stderr)
+        print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    from profstream.events import configure_logging
+
+    configure_logging(verbosity=args.verbose, log_format=args.log_format or "console")
+    try:
+        return _handlers()[args.command](args)
+    except (ConfigError, NotImplementedYetError) as exc:
+        print(f"profstream: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ProfstreamError as exc:
+        print(f"profstream: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except FileNotFoundError as exc:
+        print(f"profstream: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+__all__ = ["build_parser", "main"]

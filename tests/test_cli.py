@@ -1,0 +1,196 @@
+"""CLI argument parsing: msprof.py's rules, exit codes, and commands not landed yet."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profstream import __version__
+from profstream.cli import EXIT_BAD_INPUT, EXIT_USAGE, _msprof_binary_form, build_parser, main
+
+
+def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the CLI expecting a usage error; return what it printed on stderr."""
+    assert main(argv) == EXIT_USAGE
+    return capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version prints the package version and exits 0."""
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert __version__ in capsys.readouterr().out
+
+
+def test_no_command_is_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    """No sub-command prints help and exits 2."""
+    assert "COMMAND" in usage_error([], capsys)
+
+
+@pytest.mark.parametrize("kind", ["timeline", "summary"])
+def test_export_parses_msprof_arguments(kind: str) -> None:
+    """export takes exactly msprof.py's arguments plus --layout/--output/--timeline-limit."""
+    args = build_parser().parse_args(
+        [
+            "export",
+            kind,
+            "-dir",
+            "/p",
+            "--iteration-id",
+            "3",
+            "--model-id",
+            "1",
+            "--iteration-count",
+            "2",
+            "--clear",
+            "--layout",
+            "torch_npu",
+            "--output",
+            "/o",
+            "--timeline-limit",
+            "100",
+            "-v",
+        ]
+    )
+    assert (args.collection_dir, args.iteration_id, args.model_id, args.iteration_count) == ("/p", 3, 1, 2)
+    assert (args.clear, args.layout, args.output, args.timeline_limit, args.verbose) == (
+        True,
+        "torch_npu",
+        "/o",
+        100,
+        1,
+    )
+    long_form = build_parser().parse_args(["export", kind, "--collection-dir", "/q"])
+    assert long_form.collection_dir == "/q"
+    assert long_form.iteration_count == 1
+
+
+def test_summary_format() -> None:
+    """--format csv|json belongs to export summary."""
+    assert build_parser().parse_args(["export", "summary", "-dir", "/p", "--format", "json"]).format == "json"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["export", "timeline"], "-dir"),
+        (["export"], "timeline|summary"),
+        (["export", "trace", "-dir", "/p"], "invalid choice"),
+        (["export", "summary", "-dir", "/p", "--model-id", "1"], "simultaneously"),
+        (["export", "summary", "-dir", "/p", "--iteration-id", "1"], "simultaneously"),
+        (
+            ["export", "summary", "-dir", "/p", "--model-id", "1", "--iteration-id", "0"],
+            "--iteration-id must be >= 1",
+        ),
+        (
+            ["export", "summary", "-dir", "/p", "--model-id", "-1", "--iteration-id", "1"],
+            "--model-id must be in",
+        ),
+        (
+            ["export", "summary", "-dir", "/p", "--model-id", "4294967296", "--iteration-id", "1"],
+            "--model-id",
+        ),
+        (
+            ["export", "summary", "-dir", "/p", "--iteration-count", "0"],
+            "--iteration-count must be in [1, 5]",
+        ),
+        (
+            ["export", "summary", "-dir", "/p", "--iteration-count", "6"],
+            "--iteration-count must be in [1, 5]",
+        ),
+        (["export", "summary", "-dir", "/p", "--iteration-count", "two"], "must be an integer"),
+        (["export", "summary", "-dir", "/p", "--format", "xml"], "invalid choice"),
+        (["export", "timeline", "-dir", "/p", "--format", "json"], "unrecognized arguments"),
+        (["export", "summary", "-dir", "/p", "--layout", "perfetto"], "invalid choice"),
+        (["export", "summary", "-dir", "/p", "--timeline-limit", "0"], "--timeline-limit must be >= 1"),
+        (["inspect"], "-dir"),
+        (["simulate"], "OUT"),
+        (["simulate", "/o", "--chip", "310P"], "invalid choice"),
+        (["simulate", "/o", "--steps", "0"], "--steps must be >= 1"),
+        (["simulate", "/o", "--ops-per-step", "-3"], "--ops-per-step must be >= 1"),
+        (["simulate", "/o", "--framework", "mindspore"], "invalid choice"),
+        (["simulate", "/o", "--seed", "x"], "invalid int"),
+        (["collect", "/w"], "--output"),
+        (["collect", "/w", "--output", "/o", "--storage-limit", "100"], "--storage-limit must be in [200"),
+        (["collect", "/w", "--output", "/o", "--status-port", "0"], "--status-port must be in"),
+        (["cluster", "/d"], "--output"),
+        (
+            ["cluster", "/d", "--output", "/o", "--scheduler", "tcp://x:1", "--workers", "2"],
+            "not allowed with",
+        ),
+        (["cluster", "/d", "--output", "/o", "--workers", "0"], "--workers must be >= 1"),
+        (["--log-format", "xml", "inspect", "-dir", "/p"], "invalid choice"),
+        (["--export=on"], "--output"),
+        (["--export=maybe", "--output=/p"], "invalid choice"),
+        (["--export=off", "--output=/p"], "asks for nothing"),
+        (["--export=on", "--output=/p", "--model-id=1"], "simultaneously"),
+    ],
+)
+def test_argument_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every argument error exits 2 with a message that says what is wrong."""
+    assert message in usage_error(argv, capsys)
+
+
+def test_msprof_binary_form() -> None:
+    """``--export=on --output=DIR`` means export timeline and summary of DIR."""
+    args = _msprof_binary_form(["--export=on", "--output=/p/PROF_1", "--clear=on", "-v"])
+    assert args is not None
+    assert (args.command, args.kind, args.collection_dir, args.clear, args.verbose) == (
+        "export",
+        "both",
+        "/p/PROF_1",
+        True,
+        1,
+    )
+    assert _msprof_binary_form(["inspect", "-dir", "/p"]) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["export", "summary", "-dir", "/nonexistent"],
+        ["collect", "/w", "--output", "/o"],
+        ["cluster", "/d", "--output", "/o"],
+    ],
+)
+def test_commands_not_landed_say_so(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Commands whose capability has not landed say "not implemented yet" and exit 2, never pretend."""
+    assert "not implemented yet" in usage_error(argv, capsys)
+
+
+def test_validate_reports_bad_option_string(capsys: pytest.CaptureFixture[str]) -> None:
+    """validate exits 2 and names the option when a PROFILING_OPTIONS string is invalid."""
+    err = usage_error(["validate", "--profiling-options", '{"storage_limit": "10MB"}'], capsys)
+    assert "storage_limit" in err
+
+
+def test_validate_accepts_good_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """validate prints ok for valid settings and option strings."""
+    assert main(["validate", "--profiling-options", '{"output": "/tmp/prof", "training_trace": "on"}']) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_bad_config_file_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A settings file with an unknown key exits 2 naming the key."""
+    path = tmp_path / "user.toml"
+    path.write_text("[export]\nlayuot = 'msprof'\n")
+    assert "export.layuot" in usage_error(["validate", "--config", str(path)], capsys)
+
+
+def test_console_script_runs() -> None:
+    """The installed entry point runs as a module in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-m", "profstream", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0
+    assert "profstream" in done.stdout
+
+
+def test_inspect_missing_dir_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    """inspect of a directory that does not exist exits 1 and names it."""
+    assert main(["inspect", "-dir", "/nonexistent/PROF_1"]) == EXIT_BAD_INPUT
+    assert "/nonexistent/PROF_1" in capsys.readouterr().err
