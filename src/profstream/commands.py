@@ -59,7 +59,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     result = simulate(_simulation_config(args), Path(args.out), truth_dir=args.truth)
     took = time.perf_counter() - started
-    print(f"wrote {_human(result.total_bytes)} of raw data in {took:.2f} s to {args.out}")
+    print(f"wrote {_human(result.bytes)} of raw data in {took:.2f} s to {args.out}")
     for path in result.roots:
         print(f"  {path}")
     return EXIT_OK
@@ -74,7 +74,7 @@ def run_demo(args: argparse.Namespace) -> int:
     raw = out / "raw"
     config = SimulationConfig(chip="910B", steps=3, ops_per_step=48, framework="torch_npu", seed=7)
     result = simulate(config, raw, truth_dir=out / "truth")
-    print(f"simulated a 910B torch_npu training run: {_human(result.total_bytes)} of raw data in {raw}")
+    print(f"simulated a 910B torch_npu training run: {_human(result.bytes)} of raw data in {raw}")
     print(open_profile(raw).inspect().render())
     print(f"ground truth (tasks, steps, per-step overlap sums) as Parquet in {out / 'truth'}")
     print("export (timeline, summaries, Parquet) lands with the sinks capability; until then it says so.")

@@ -35,6 +35,8 @@ AGED: Final = "aged"
 GAP: Final = "gap"
 DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
+# Configuration
+OPTION_COERCED: Final = "option_coerced"  # an option value the product reads as another (aicpu -> off)
 
 LogFormat = Literal["console", "json"]
 

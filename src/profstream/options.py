@@ -42,10 +42,10 @@ Choices where the seeds are silent or loose:
 * ``MS_PROFILER_OPTIONS``: only the keys of seed 002 are known (``sync_enable`` and the 2.4+ keys of
   framework_outputs.md §5.2 are unknown options). ``start`` is required (seed: "必选"). A configured
   ``output_path`` must be absolute (seed: "绝对路径"); the default ``./data`` applies only when it is
-  absent. ``aicore_metrics`` is limited to −1..5 (framework_outputs.md §5.1), ``timeline_limit``
+  absent. ``aicore_metrics`` is limited to -1..5 (framework_outputs.md §5.1), ``timeline_limit``
   to ≥ 1 MB. ``aicore_metrics`` and ``timeline_limit`` count as used when configured; the boolean
   options when true.
-* An empty environment variable counts as not set.
+* An empty environment variable counts as not set. A key repeated in the JSON keeps its last value.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ Cycles300To30000 = Annotated[int, msgspec.Meta(ge=300, le=30000)]
 _DIGITS = re.compile(r"[0-9]+")
 _STORAGE_LIMIT = re.compile(r"(?P<mb>[0-9]+)MB")
 _REGISTER = re.compile(r"0[xX][0-9a-fA-F]+|[0-9]+")
+_BYTE_POSITION = re.compile(r"\(byte [0-9]+\)")
 _AT_FIELD = re.compile(r" - at `\$\.(?P<name>\w+)`$")
 _MISSING_FIELD = re.compile(r"missing required field `(?P<name>\w+)`")
 
@@ -136,16 +137,16 @@ class ProfilingOptions(
     Frequencies are in Hz, ``instr_profiling_freq`` in cycles.
     """
 
-    output: str | None = None
-    storage_limit: str | None = None
-    training_trace: Switch = "off"
+    output: str | None = None  # result directory; overrides ASCEND_WORK_PATH
+    storage_limit: str | None = None  # "<N>MB"; None = 90 % of the free disk
+    training_trace: Switch = "off"  # iteration trace (FP/BP, gradient aggregation)
     task_trace: TaskSwitch = "on"
     task_time: TaskSwitch = "on"
     hccl: Switch = "off"
     aicpu: Switch = "off"
-    fp_point: str | None = None
-    bp_point: str | None = None
-    aic_metrics: str = "PipeUtilization"
+    fp_point: str | None = None  # first forward op name; "" = detect automatically
+    bp_point: str | None = None  # last backward op name; "" = detect automatically
+    aic_metrics: str = "PipeUtilization"  # a group of AIC_METRICS_GROUPS or "Custom:<registers>"
     l2: Switch = "off"
     msproftx: Switch = "off"
     runtime_api: Switch = "off"
@@ -155,8 +156,8 @@ class ProfilingOptions(
     sys_interconnection_freq: Hz1To50 | None = None
     dvpp_freq: Hz1To100 | None = None
     instr_profiling_freq: Cycles300To30000 | None = None
-    host_sys: str | None = None
-    host_sys_usage: str | None = None
+    host_sys: str | None = None  # "cpu", "mem" or both, comma-separated (per process)
+    host_sys_usage: str | None = None  # same items, whole system and all processes
     host_sys_usage_freq: Hz1To50 = 50
 
     @property
@@ -246,7 +247,7 @@ class MsProfilerOptions(
 
     @property
     def timeline_limit_bytes(self) -> int:
-        """The timeline file size cap in bytes (MB × 1024 × 1024, framework_outputs.md §5.3)."""
+        """The timeline file size cap in bytes (MB * 1024 * 1024, framework_outputs.md §5.3)."""
         return self.timeline_limit * MIB
 
 
@@ -255,6 +256,11 @@ class EnvironmentOptions(msgspec.Struct, frozen=True, kw_only=True):
 
     profiling: ProfilingOptions | None = None
     ms_profiler: MsProfilerOptions | None = None
+
+    def items(self) -> tuple[tuple[str, ProfilingOptions | MsProfilerOptions], ...]:
+        """(variable name, parsed options) for each variable that was set, for reporting."""
+        pairs = ((PROFILING_OPTIONS, self.profiling), (MS_PROFILER_OPTIONS, self.ms_profiler))
+        return tuple((name, parsed) for name, parsed in pairs if parsed is not None)
 
 
 def parse_profiling_options(text: str, *, training: bool = True) -> ProfilingOptions:
@@ -300,7 +306,9 @@ def _load_object(variable: str, text: str, cls: type[msgspec.Struct]) -> dict[st
         msg = f"expected a JSON object, got another JSON value ({exc})"
         raise ConfigError(msg, key=variable) from exc
     except msgspec.DecodeError as exc:
-        msg = f"expected valid JSON, got a parse error: {exc}"
+        # msgspec names the byte of most errors; a truncated text fails at its end.
+        where = "" if _BYTE_POSITION.search(str(exc)) else f" (byte {len(text.encode())}, end of input)"
+        msg = f"expected valid JSON, got a parse error: {exc}{where}"
         raise ConfigError(msg, key=variable) from exc
     unknown = [name for name in raw if name not in cls.__struct_fields__]
     if unknown:
@@ -433,7 +441,9 @@ def _aic_metrics(value: str) -> tuple[AicMetricsGroup, tuple[int, ...]]:
         rule = f'one of {", ".join(AIC_METRICS_GROUPS)} or "{CUSTOM_PREFIX}<register>,..."'
         raise _violation(PROFILING_OPTIONS, "aic_metrics", value, rule)
     items = value.removeprefix(CUSTOM_PREFIX).split(",")
-    bounds = f"[{CUSTOM_REGISTER_MIN:#x}, {CUSTOM_REGISTER_MAX:#X}]".replace("0X", "0x")
+    if len(items) > CUSTOM_REGISTER_COUNT_MAX:
+        rule = f"at most {CUSTOM_REGISTER_COUNT_MAX} Custom registers, found {len(items)}"
+        raise _violation(PROFILING_OPTIONS, "aic_metrics", value, rule)
     registers = []
     for item in items:
         if not _REGISTER.fullmatch(item):
@@ -441,12 +451,9 @@ def _aic_metrics(value: str) -> tuple[AicMetricsGroup, tuple[int, ...]]:
             raise _violation(PROFILING_OPTIONS, "aic_metrics", value, rule)
         register = int(item, 16 if item[:2] in ("0x", "0X") else 10)
         if not CUSTOM_REGISTER_MIN <= register <= CUSTOM_REGISTER_MAX:
-            rule = f"registers in {bounds}, found {item}"
+            rule = f"registers in [0x{CUSTOM_REGISTER_MIN:X}, 0x{CUSTOM_REGISTER_MAX:X}], found {item}"
             raise _violation(PROFILING_OPTIONS, "aic_metrics", value, rule)
         registers.append(register)
-    if len(registers) > CUSTOM_REGISTER_COUNT_MAX:
-        rule = f"at most {CUSTOM_REGISTER_COUNT_MAX} Custom registers, found {len(registers)}"
-        raise _violation(PROFILING_OPTIONS, "aic_metrics", value, rule)
     return "Custom", tuple(registers)
 
 

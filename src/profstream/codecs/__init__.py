@@ -16,7 +16,21 @@ from profstream.codecs._base import Codec, DecodeContext, Decoded, StreamTraits
 
 __all__ = ["CODECS", "Codec", "DecodeContext", "Decoded", "StreamTraits", "codec_for_file", "get_codec"]
 
-_MODULES = ("hwts",)
+_MODULES = (
+    "hwts",
+    "stars_soc",
+    "ffts_profile",
+    "aicore",
+    "ts_track",
+    "training_trace",
+    "lpm_freq",
+    "npu_mem",
+    "framework",
+    "api_event",
+    "compact",
+    "additional",
+    "dictionaries",
+)
 
 #: names that are never data: completion markers, analysis markers, archives.
 NOT_DATA = re.compile(r".*\.(done|complete|zip)$")

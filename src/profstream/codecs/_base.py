@@ -77,13 +77,16 @@ class Decoded:
 
     ``buf[consumed:]`` is an incomplete record (or TLV) that the caller carries
     into the next buffer; ``dropped`` counts invalid records skipped under the
-    ``skip`` policy, with ``drop_reason`` saying why.
+    ``skip`` policy, with ``drop_reason`` saying why. ``replaced`` counts values
+    kept but replaced by a placeholder (a text field that is not valid UTF-8
+    becomes ``'N/A'``, as torch_npu does).
     """
 
     batch: pa.RecordBatch
     consumed: int
     dropped: int = 0
     drop_reason: str = ""
+    replaced: int = 0
 
 
 DecodeFn = Callable[[ByteBuffer, DecodeContext], Decoded]

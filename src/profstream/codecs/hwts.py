@@ -30,6 +30,7 @@ from profstream.codecs._base import (
     row_count,
     valid_mask,
 )
+from profstream.codecs._ids import legacy_stream_id
 
 RECORD_SIZE = 64
 DTYPE = packed_dtype(
@@ -50,7 +51,6 @@ DTYPE = packed_dtype(
 
 #: log types (collector HWTS_TASK_START_TYPE / END_TYPE; MindSpore names 2-4).
 TASK_START, TASK_END, BLOCK_START, BLOCK_END, BLOCK_PMU = range(5)
-STREAM_ID_MODULUS = 2048
 
 
 def decode(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
@@ -74,7 +74,7 @@ def decode(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
             "core_id": records["core_id"],
             "block_id": records["block_id"],
             "task_id": records["task_id"],
-            "stream_id": (records["stream_id"] % STREAM_ID_MODULUS).astype(np.uint16),
+            "stream_id": legacy_stream_id(records["stream_id"]),
             "syscnt": records["syscnt"],
             "warn_status": records["warn_status"],
         }

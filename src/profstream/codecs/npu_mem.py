@@ -64,7 +64,6 @@ MODULE_DTYPE = packed_dtype(
     [("module_id", "<u4"), ("_rsv", "V4"), ("cpu_cycle_count", "<u8"), ("total_size", "<u8")],
     MODULE_MEM_SIZE,
 )
-INT64_MAX = np.iinfo(np.int64).max
 
 
 def npu_mem_dtype(version: str | None) -> np.dtype[Any]:
@@ -90,12 +89,12 @@ def encode_npu_mem(columns: Mapping[str, Any], *, version: str | None = None) ->
 
 def decode_module_mem(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
     records, consumed = as_records(buf, MODULE_DTYPE)
-    total = records["total_size"]
+    total = records["total_size"].view(np.int64)  # sizes above the int64 maximum turn negative
     out = batch(
         {
             "module_id": records["module_id"],
             "cpu_cycle_count": records["cpu_cycle_count"],
-            "total_size": np.where(total > INT64_MAX, -1, total.astype(np.int64)),
+            "total_size": np.where(total < 0, np.int64(-1), total),
         }
     )
     return Decoded(out, consumed)

@@ -1,0 +1,117 @@
+"""What a simulated collection looks like: the settings and the chip profiles they select.
+
+Chip numbers and clocks follow specs/cann_raw_formats.md §1.5 and §3.1: 910A is
+platform_version 1 (HWTS 100 MHz, AI Core 800 MHz default, 32 AI Cores, no AI
+Vector cores), 910B is platform_version 5 (STARS, 50 MHz, 800 MHz, 24 AI Cores
++ 48 AI Vector cores). The PMU event ids of each ``aic_metrics`` group are the
+collector presets ([COL] ``collector/dvvp/common/config/config_manager.h``
+``AICORE_METRICS_LIST``, quoted in §2.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from profstream.errors import ConfigError
+
+Chip = Literal["910A", "910B"]
+Framework = Literal["none", "torch_npu"]
+
+#: PMU event ids per ``aic_metrics`` group, in counter order (spec §2.2).
+AIC_METRICS_EVENTS: dict[str, tuple[int, ...]] = {
+    "ArithmeticUtilization": (0x49, 0x4A, 0x4B, 0x4C, 0x4D, 0x4E, 0x4F),
+    "PipeUtilization": (0x8, 0xA, 0x9, 0xB, 0xC, 0xD, 0x54, 0x55),
+    "Memory": (0x15, 0x16, 0x31, 0x32, 0xF, 0x10, 0x12, 0x13),
+    "MemoryL0": (0x1B, 0x1C, 0x21, 0x22, 0x27, 0x28, 0x29, 0x2A),
+    "ResourceConflictRatio": (0x64, 0x65, 0x66),
+    "MemoryUB": (0x10, 0x13, 0x37, 0x38, 0x3D, 0x3E, 0x43, 0x44),
+    "L2Cache": (0x500, 0x502, 0x504, 0x506, 0x508, 0x50A),
+    "PipelineExecuteUtilization": (0x12C, 0x49, 0x4A, 0x9, 0x302, 0xC, 0xD, 0x303),
+}
+DEFAULT_SLICE_BYTES = 2048 * 1024  # the collector's sliceFileMaxKByte = 2048 (spec §1.4)
+MAX_DEVICES = 64  # MSPROF_MAX_DEV_NUM; 64 is also the host's device id in sample.json
+
+
+@dataclass(frozen=True, slots=True)
+class ChipProfile:
+    """The fixed properties of a chip that shape its raw data and control files."""
+
+    name: Chip
+    platform_version: int
+    stars: bool  # STARS logs (stars_soc/ffts_profile) instead of HWTS logs (hwts/aicore)
+    hwts_freq_mhz: int
+    aic_freq_mhz: int
+    ai_core_num: int
+    aiv_num: int
+    ai_cpu_core_num: int
+
+    @property
+    def tick_ns(self) -> int:
+        """One device counter tick in ns (10 at 100 MHz, 20 at 50 MHz)."""
+        return 1000 // self.hwts_freq_mhz
+
+
+CHIPS: dict[str, ChipProfile] = {
+    "910A": ChipProfile("910A", 1, False, 100, 800, 32, 0, 14),
+    "910B": ChipProfile("910B", 5, True, 50, 800, 24, 48, 6),
+}
+
+
+class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """Settings of one simulated training run.
+
+    ``ranks`` processes each write one PROF_XXX directory (with ``torch_npu``,
+    each inside its own ``*_ascend_pt`` directory) holding ``devices`` devices;
+    rank ``r`` drives device ids ``r * devices ...``. ``target_bytes``, when
+    set, keeps generating steps past ``steps`` until the raw data written
+    reaches about that size (for benchmarks). ``profiling_options`` is kept as
+    given (a PROFILING_OPTIONS JSON string, validated by ``profstream.options``)
+    and copied into sample.json.
+    """
+
+    chip: Chip = "910B"
+    steps: int = 10
+    ops_per_step: int = 200
+    devices: int = 1
+    ranks: int = 1
+    framework: Framework = "none"
+    aic_metrics: str = "PipeUtilization"
+    profiling_options: str = ""
+    seed: int = 0
+    slice_bytes: int = DEFAULT_SLICE_BYTES
+    target_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("steps", self.steps >= 1, "must be >= 1"),
+            ("ops_per_step", self.ops_per_step >= 8, "must be >= 8 (a forward and a backward pass)"),
+            ("devices", self.devices >= 1, "must be >= 1"),
+            ("ranks", self.ranks >= 1, "must be >= 1"),
+            ("ranks", self.ranks * self.devices < MAX_DEVICES, f"ranks * devices must be < {MAX_DEVICES}"),
+            ("seed", self.seed >= 0, "must be >= 0"),
+            ("slice_bytes", self.slice_bytes >= 1024, "must be >= 1024"),
+            ("target_bytes", self.target_bytes is None or self.target_bytes > 0, "must be > 0"),
+        )
+        for key, ok, message in checks:
+            if not ok:
+                msg = f"{message}, got {getattr(self, key)!r}"
+                raise ConfigError(msg, key=f"simulate.{key}")
+        if self.aic_metrics not in AIC_METRICS_EVENTS:
+            known = ", ".join(AIC_METRICS_EVENTS)
+            msg = f"unknown aic_metrics group {self.aic_metrics!r}; known: {known}"
+            raise ConfigError(msg, key="simulate.aic_metrics")
+
+    @property
+    def profile(self) -> ChipProfile:
+        return CHIPS[self.chip]
+
+    @property
+    def pmu_events(self) -> tuple[int, ...]:
+        return AIC_METRICS_EVENTS[self.aic_metrics]
+
+    def device_ids(self, rank: int) -> tuple[int, ...]:
+        """The device ids rank ``rank`` profiles."""
+        return tuple(range(rank * self.devices, (rank + 1) * self.devices))
