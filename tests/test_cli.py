@@ -194,3 +194,17 @@ def test_inspect_missing_dir_is_bad_input(capsys: pytest.CaptureFixture[str]) ->
     """inspect of a directory that does not exist exits 1 and names it."""
     assert main(["inspect", "-dir", "/nonexistent/PROF_1"]) == EXIT_BAD_INPUT
     assert "/nonexistent/PROF_1" in capsys.readouterr().err
+
+
+def test_library_prints_nothing_by_default() -> None:
+    """Without configure_logging, reading a profile prints nothing (events go to stdlib logging)."""
+    code = (
+        "import profstream.simulate as s, profstream, tempfile\n"
+        "d = tempfile.mkdtemp()\n"
+        "s.simulate(s.SimulationConfig(steps=1, ops_per_step=4), d)\n"
+        "profstream.open(d).inspect()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == ""

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
-from profstream.engine.clock import DeviceClock
+from profstream.engine.clock import DeviceClock, FrameworkClock
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream, StreamReader, StreamStats
 from profstream.errors import InputPathError
 
@@ -31,6 +31,7 @@ class FamilyReport(msgspec.Struct, frozen=True, kw_only=True):
     """What ``inspect`` says about one record family in one directory."""
 
     family: str
+    aging: bool | None  # host streams: aging.* (True) or unaging.* (False) files
     files: int
     bytes: int
     records: int
@@ -71,6 +72,7 @@ class InspectReport(msgspec.Struct, frozen=True, kw_only=True):
             )
             for place in prof.dirs:
                 for fam in place.families:
+                    name = f"{fam.family} (aging)" if fam.aging else fam.family
                     span = ""
                     if fam.first_ns is not None and fam.last_ns is not None:
                         if fam.time_unit == "ns":
@@ -78,7 +80,7 @@ class InspectReport(msgspec.Struct, frozen=True, kw_only=True):
                         else:
                             span = f"{fam.first_ns} .. {fam.last_ns} ({fam.time_column}, native)"
                     lines.append(
-                        f"  {place.place:<10} {fam.family:<26} {fam.files:>5} {fam.bytes:>12,} "
+                        f"  {place.place:<10} {name:<26} {fam.files:>5} {fam.bytes:>12,} "
                         f"{fam.records:>11,} {fam.lost:>6} {sum(fam.dropped.values()):>7}  {span}"
                     )
         return "\n".join(lines)
@@ -170,7 +172,7 @@ class Profile:
             dirs = [d for d in (collection.host, *collection.devices, collection.framework) if d is not None]
             reports = []
             for data_dir in dirs:
-                clock = None if data_dir.metadata is None else collection.clock(data_dir)
+                clock = _clock_of(collection, data_dir)
                 families = [self._inspect_stream(s, clock) for s in sorted(data_dir.streams, key=_stream_key)]
                 reports.append(
                     DirReport(place=_place_name(data_dir), path=str(data_dir.path), families=families)
@@ -179,17 +181,15 @@ class Profile:
             profiles.append(ProfReport(path=str(collection.path), platform=platform, dirs=reports))
         return InspectReport(path=str(self.path), profiles=profiles)
 
-    def _inspect_stream(self, stream: Stream, clock: DeviceClock | None) -> FamilyReport:
+    def _inspect_stream(self, stream: Stream, clock: DeviceClock | FrameworkClock | None) -> FamilyReport:
         reader = StreamReader(stream, on_invalid=self.on_invalid, chunk_size=self.chunk_bytes)
         for _ in reader:
             pass
         stats = reader.stats
         first, last, unit = _time_range(stats, stream, clock)
-        family = (
-            stream.family if stream.aging is None else f"{stream.family}{' (aging)' if stream.aging else ''}"
-        )
         return FamilyReport(
-            family=family,
+            family=stream.family,
+            aging=stream.aging,
             files=len(stream.files),
             bytes=sum(f.path.stat().st_size for f in stream.files),
             records=stats.records,
@@ -213,17 +213,31 @@ def _stream_key(stream: Stream) -> tuple[str, bool]:
     return stream.family, bool(stream.aging)
 
 
+def _clock_of(
+    collection: discovery.Profile, data_dir: discovery.DataDir
+) -> DeviceClock | FrameworkClock | None:
+    """The clock a directory's timestamps convert with; None when its sync files are absent."""
+    if data_dir.metadata is not None:
+        return collection.clock(data_dir)
+    try:
+        return collection.framework_clock()
+    except InputPathError:
+        return None
+
+
 def _time_range(
-    stats: StreamStats, stream: Stream, clock: DeviceClock | None
+    stats: StreamStats, stream: Stream, clock: DeviceClock | FrameworkClock | None
 ) -> tuple[int | None, int | None, str]:
     """The stream's time range, converted to host-monotonic ns where its unit is known."""
-    low, high = stats.time_min, stats.time_max
+    low, high, column = stats.time_min, stats.time_max, stats.time_column or ""
     if low is None or high is None or clock is None:
         return low, high, "native"
-    values = np.array([low, high], np.uint64)
-    if stats.time_column is not None and stats.time_column.endswith("syscnt"):
+    values = np.array([low, high], np.int64 if low < 0 else np.uint64)
+    if isinstance(clock, FrameworkClock):
+        converted = clock.to_ns(values)
+    elif column.endswith("syscnt"):
         converted = clock.syscnt_to_ns(values)
-    elif stats.time_column in ("timestamp", "begin_time") and stream.codec.side == "host":
+    elif column in ("timestamp", "begin_time") and stream.codec.side == "host":
         converted = clock.host_to_ns(values)
     else:
         return low, high, "native"

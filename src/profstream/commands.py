@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,8 +27,11 @@ def run_inspect(args: argparse.Namespace) -> int:
     from profstream.api import open_profile
     from profstream.config import load_settings
 
-    settings = load_settings(args.config)
-    report = open_profile(args.collection_dir, on_invalid=settings.decode.on_invalid).inspect()
+    decode = load_settings(args.config, env=os.environ).decode
+    profile = open_profile(
+        args.collection_dir, on_invalid=decode.on_invalid, chunk_bytes=decode.chunk_mb << 20
+    )
+    report = profile.inspect()
     if args.json:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(report)).decode() + "\n")
     else:

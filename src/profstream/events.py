@@ -64,11 +64,28 @@ def configure_logging(*, verbosity: int = 0, log_format: LogFormat = "console") 
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
 
 
+def _stderr_logger(*_: Any) -> structlog.PrintLogger:
+    """A PrintLogger on the *current* sys.stderr (resolved per logger, so redirections are honoured)."""
+    return structlog.PrintLogger(file=sys.stderr)
+
+
 def get_logger(**bound: Any) -> Any:
-    """A structlog logger with ``bound`` context (component, file, device, ...)."""
-    return structlog.get_logger().bind(**bound)
+    """A structlog logger with ``bound`` context (component, file, device, ...).
+
+    Until an entry point calls :func:`configure_logging`, events go to the stdlib
+    logger ``profstream``, which shows only warnings and errors by default: the
+    library prints nothing unless something is wrong, and applications route it
+    with ordinary ``logging`` configuration.
+    """
+    if structlog.is_configured():
+        return structlog.get_logger().bind(**bound)
+    return structlog.wrap_logger(
+        logging.getLogger("profstream"),
+        processors=[structlog.stdlib.filter_by_level, structlog.processors.KeyValueRenderer(key_order=["event"])],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    ).bind(**bound)

@@ -7,7 +7,7 @@ records straddle slice boundaries (the partial tail of one slice is carried into
 and [MSP] ``analysis/framework/offset_calculator.py`` drops ``total % record_size`` bytes
 at the start of a fixed-size stream because an aged stream may begin mid-record.
 
-Reading is bounded: each file is memory-mapped one window (``chunk_size``, 8 MiB by
+Reading is bounded: each file is memory-mapped one window (``chunk_size``, 2 MiB by
 default, rounded down to whole records) at a time, the window is decoded as a zero-copy
 ``uint8`` view, and only the partial record at its end is copied into the next buffer.
 
@@ -51,7 +51,7 @@ from profstream.codecs import NOT_DATA, codec_for_file
 from profstream.codecs._base import ByteBuffer, Codec, DecodeContext, OnInvalid, StreamTraits, counter_gaps
 from profstream.errors import DecodeError, InputPathError
 
-DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 2 * 1024 * 1024  # fits in L2/L3: decoding touches each record once per field
 #: columns whose min/max become the stream's time range, first present wins (native units).
 TIME_COLUMNS = ("syscnt", "timestamp", "start_syscnt", "begin_time", "start_ns", "time_ns")
 Alignment = Literal["auto", "msprof"]

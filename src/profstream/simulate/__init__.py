@@ -116,13 +116,13 @@ class _Rank:
     writers: dict[StreamKey, Writer] = field(default_factory=dict)
     records: dict[StreamKey, int] = field(default_factory=dict)
     written: int = 0
+    layout: Layout = field(init=False)
 
     def run(self, budget: int | None) -> tuple[Layout, int]:
         cfg = self.config
         clock = host_clock(cfg.seed, self.rank)
         start_ns = (clock.mono0 + START_DELAY_NS) // GRID_NS * GRID_NS
-        layout = make_layout(cfg, self.rank, self.out_dir, clock, start_ns)
-        self.layout = layout
+        layout = self.layout = make_layout(cfg, self.rank, self.out_dir, clock, start_ns)
         device_ids = cfg.device_ids(self.rank)
         clocks: list[DeviceClock] = [
             device_clock(clock, cfg.profile, device_id, k) for k, device_id in enumerate(device_ids)
@@ -151,7 +151,9 @@ class _Rank:
         origin, step, index = start_ns + GRID_NS * 250, 0, 0
         chunk_steps = workloads[0].chunk_steps
         while True:
-            steps = chunk_steps if budget is not None else min(chunk_steps, cfg.steps - step)
+            steps = min(chunk_steps, cfg.steps - step)
+            if budget is not None and step:  # size the chunk from the bytes per step so far
+                steps = min(chunk_steps, max(1, -(-(budget - self.written) * step // self.written)))
             chunks = place([w.draft(index, step, steps) for w in workloads], origin)
             host: dict[HostKey, list[Rows]] = {}
             for ctx, chunk in zip(contexts, chunks, strict=True):

@@ -74,12 +74,6 @@ class DeviceClock:
         delta = np.asarray(ns, np.int64) - self.corrected_mono
         return (self.dev_cnt + delta // self.profile.tick_ns).astype(np.uint64)
 
-    def syscnt_at(self, ns: int) -> int:
-        return self.dev_cnt + (ns - self.corrected_mono) // self.profile.tick_ns
-
-    def to_dev_mono(self, ns: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        return np.asarray(np.asarray(ns, np.int64) - self.corrected_mono + self.dev_mono, np.int64)
-
 
 def host_clock(seed: int, rank: int) -> HostClock:
     """Deterministic host clocks: a machine up for about two days, started on a fixed date."""

@@ -20,6 +20,11 @@ when (specs/cann_raw_formats.md §2 and the CANN sources it cites):
 - STARS ids (910B): the main compute stream's logs use the 0x1000 packing, the
   communication stream's the 0x2000 packing, the side stream none (§2.0), so
   all three rules occur; ts_track carries plain ids;
+- device task logs: every device task has a start and an end record
+  (``hwts.data`` on 910A, ACSQ funcType 0/1 in ``stars_soc.data`` on 910B),
+  AI CPU and communication tasks included, so the truth's task list is what
+  the logs hold (whether a real 910A HWTS logs non-AI-Core tasks is not
+  documented; msprof reads whatever pairs it finds);
 - device PMU: one record per AI Core / AI Vector / MIX task (``aicore.data``
   on 910A, context PMU funcType 40 in ``ffts_profile.data`` on 910B; block PMU
   records are not simulated), FFTS+ sub-task logs (funcType 34/35) for MIX_AIC
@@ -46,6 +51,7 @@ from profstream.simulate.clock import HOST_TICK_NS, DeviceClock, HostClock
 from profstream.simulate.config import ChipProfile
 from profstream.simulate.workload import (
     COMM_STREAM,
+    GRID_NS,
     HCCL_TASK_NAMES,
     ITEM_HCCL,
     ITEM_MEMCPY,
@@ -120,13 +126,9 @@ class Names:
                 out.append(key)
             return np.array(out, np.uint64)
 
-        kernels = [
-            kernel_name(t) if c >= 0 else ""
-            for t, c in zip(template.op_type, template.op_catalog, strict=True)
-        ]
-        kernel = ids([k or "-" for k in kernels])
-        kernel[template.op_catalog < 0] = 0
-        texts.pop(hash_id("-"), None)
+        kernel = np.zeros(template.n_ops, np.uint64)
+        compute = np.flatnonzero(template.op_catalog >= 0)
+        kernel[compute] = ids([kernel_name(template.op_type[o]) for o in compute])
         op_name, op_type = ids(list(template.op_name)), ids(list(template.op_type))
         hccl_task = ids(list(HCCL_TASK_NAMES))
         ids([GROUP_NAME, ALGORITHM, MODEL_NAME])
@@ -223,12 +225,8 @@ class DeviceContext:
     py_tid: int
     counters: dict[str, int] = field(default_factory=dict)
     next_sample: int = 0  # time of the next npu_mem sample
-    ge_totals: tuple[int, int] = (WEIGHTS_BYTES, WEIGHTS_BYTES)  # allocated, reserved (task_memory_info)
-    pta_totals: tuple[int, int, int] = (
-        WEIGHTS_BYTES,
-        WEIGHTS_BYTES,
-        WEIGHTS_BYTES,
-    )  # allocated, active, reserved
+    ge_totals: tuple[int, int] = (WEIGHTS_BYTES,) * 2  # task_memory_info: allocated, reserved
+    pta_totals: tuple[int, int, int] = (WEIGHTS_BYTES,) * 3  # torch.memory_usage: allocated, active, reserved
 
     def rolling(self, family: str, n: int) -> npt.NDArray[np.uint8]:
         """The 4-bit rolling counter values of the next ``n`` records of ``family``."""
@@ -241,7 +239,6 @@ class DeviceContext:
 class Slots:
     """Slots ``ix`` of every step of a chunk, flattened step-major."""
 
-    ix: I64
     step: I64  # 0-based step of the run
     start: I64
     end: I64
@@ -252,7 +249,6 @@ class Slots:
     kind: I64
     tag: I64
     op: I64
-    item: I64
 
     @classmethod
     def of(cls, chunk: Chunk, t: Template, ix: I64) -> Slots:
@@ -265,7 +261,6 @@ class Slots:
             return np.tile(values[ix], steps)
 
         return cls(
-            ix=tiled(np.arange(t.n_slots)),
             step=np.repeat(chunk.first_step + np.arange(steps), len(ix)),
             start=flat(chunk.slot_start),
             end=flat(chunk.slot_end),
@@ -276,7 +271,6 @@ class Slots:
             kind=tiled(t.slot_kind),
             tag=tiled(t.slot_tag),
             op=tiled(t.item_op[t.slot_item]),
-            item=tiled(t.slot_item),
         )
 
 
@@ -287,11 +281,7 @@ def _kind_attr(kind: I64, name: str) -> I64:
 
 def stars_ids(stream: I64, task: I64) -> tuple[I64, I64]:
     """Raw (stream, task) words of STARS logs for true ids, by the stream's packing (§2.0)."""
-    packing = np.zeros(int(stream.max(initial=0)) + 1, np.int64)
-    for s, flag in STARS_PACKING.items():
-        if s < len(packing):
-            packing[s] = flag
-    mode = packing[stream]
+    mode = np.select([stream == s for s in STARS_PACKING], list(STARS_PACKING.values()), 0)
     raw_stream = np.where(mode == 0x1000, stream | 0x1000 | (task & 0xE000), stream)
     raw_task = np.where(mode == 0x1000, task & 0x1FFF, task)
     raw_stream = np.where(mode == 0x2000, 0x2000 | (task & 0x0FFF), raw_stream)
@@ -301,13 +291,9 @@ def stars_ids(stream: I64, task: I64) -> tuple[I64, I64]:
 
 def flips(chunk: Chunk, t: Template) -> Slots:
     """The first slot of every new task-id batch: a flip task precedes it on its stream."""
-    first = (chunk.slot_task_id == 1) & (chunk.slot_batch > 0)
-    s, j = np.nonzero(first)
-    order = np.lexsort((j, s))
-    s, j = s[order], j[order]
     view = Slots.of(chunk, t, np.arange(t.n_slots))
-    flat = s * t.n_slots + j
-    return Slots(**{f.name: getattr(view, f.name)[flat] for f in fields(Slots)})
+    first = np.flatnonzero((chunk.slot_task_id == 1) & (chunk.slot_batch > 0))  # step-major, as the view
+    return Slots(**{f.name: getattr(view, f.name)[first] for f in fields(Slots)})
 
 
 # ----------------------------------------------------------------------------- device
@@ -753,7 +739,7 @@ def memory_events(chunk: Chunk, t: Template) -> MemoryEvents:
     for context, owner, where, sign, carry in by_op:
         items = t.op_item[context]
         py_b, py_e = chunk.py_begin[:, context], chunk.py_end[:, context]
-        py_time = py_b + ((py_e - py_b) * where / GRID).astype(np.int64) * GRID
+        py_time = py_b + ((py_e - py_b) * where / GRID_NS).astype(np.int64) * GRID_NS
         acl_time = chunk.acl_begin[:, items] + (200 if sign < 0 else 400)
         parts.append(
             (
@@ -770,9 +756,6 @@ def memory_events(chunk: Chunk, t: Template) -> MemoryEvents:
     return MemoryEvents(
         acl_time[order], py_time[order], addr[order], size[order], op[order], carry_flag[order]
     )
-
-
-GRID = 20  # memory events stay on the workload's 20 ns grid
 
 
 def _task_memory(chunk: Chunk, ctx: DeviceContext) -> Rows:
@@ -820,7 +803,7 @@ def _op_range(chunk: Chunk, ctx: DeviceContext) -> Rows:
     t, steps = ctx.template, chunk.steps
     op = np.tile(np.arange(t.n_ops), steps)
     begin, end = chunk.py_begin.ravel(), chunk.py_end.ravel()
-    step_begin, step_end = chunk.origin, chunk.origin + chunk.length - GRID
+    step_begin, step_end = chunk.origin, chunk.origin + chunk.length - GRID_NS
     shapes = pa.array([";".join([",".join(str(d) for d in t.op_shape[o][:3])] * 2) for o in range(t.n_ops)])
     n = len(op)
     step_names = pa.array([f"ProfilerStep#{s + 1}" for s in chunk.first_step + np.arange(steps)], pa.string())

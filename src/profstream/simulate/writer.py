@@ -67,10 +67,6 @@ class SliceWriter:
         low, high = (max(1, int(self.slice_bytes * f)) for f in CHUNK_FRACTION)
         self._chunk = (low, max(low + 1, high))
 
-    @property
-    def current(self) -> Path:
-        return self.directory / f"{self.name}.slice_{len(self.slices) - (1 if self._open else 0)}"
-
     def write(self, data: bytes, start_ns: int, end_ns: int) -> None:
         """Append ``data`` (records whose times span ``start_ns..end_ns``) in driver-sized chunks."""
         view = memoryview(data)

@@ -42,12 +42,23 @@ def kernel(fn: _F) -> _F:
     return cast(_F, numba.njit(cache=True, nogil=True)(fn))
 
 
+def inline(fn: _F) -> _F:
+    """:func:`kernel` for the small helpers of kernels, inlined into their callers at numba IR level.
+
+    A call that is not inlined costs a function call plus reference counting of every array
+    argument, which multiplies the cost of a per-record table lookup several times.
+    """
+    return cast(_F, numba.njit(cache=True, nogil=True, inline="always")(fn))
+
+
 def int_column(name: str, values: npt.ArrayLike, length: int | None = None) -> Int64Array:
     """``values`` as a contiguous 1-D int64 array; ``length`` if given must match."""
     arr = np.asarray(values)
     if arr.ndim != 1:
         msg = f"{name}: expected a 1-D column, got shape {arr.shape}"
         raise ValueError(msg)
+    if arr.size == 0 and arr.dtype.kind == "f":
+        return np.empty(0, np.int64)  # an empty list: nothing to round
     if arr.dtype.kind not in "iub":
         msg = f"{name}: expected integers, got dtype {arr.dtype}"
         raise ValueError(msg)
@@ -66,7 +77,7 @@ def flag_column(name: str, values: npt.ArrayLike, length: int) -> BoolArray:
     if arr.ndim != 1 or arr.size != length:
         msg = f"{name}: expected a 1-D column of {length} flags, got shape {arr.shape}"
         raise ValueError(msg)
-    if arr.dtype.kind not in "iub":
+    if arr.dtype.kind not in "iub" and arr.size:
         msg = f"{name}: expected booleans, got dtype {arr.dtype}"
         raise ValueError(msg)
     if arr.dtype.kind != "b" and arr.size and (arr.min() < 0 or arr.max() > 1):

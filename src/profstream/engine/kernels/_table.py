@@ -18,8 +18,13 @@ Why a hash table and not the alternatives:
   shift leaves no tombstones, so a long run never degrades.
 
 Layout: ``keys`` is ``(key_width, capacity)``, ``values`` is ``(value_width, capacity)`` (one row per
-column, like the kernels' inputs), ``capacity`` is a power of two and the table doubles itself before
-it gets more than half full. Keys are any int64 tuples (uint64 ids viewed as int64 compare the same).
+column, like the kernels' inputs), ``capacity`` is a power of two. Kernels work through their records
+in chunks of :data:`CHUNK` and double the table before a chunk could fill it more than half, so a busy
+table has at least ``4 * CHUNK`` slots. Keys are any int64 tuples (uint64 ids viewed as int64 compare
+the same).
+
+numba's on-disk cache does not notice edits to a module that a cached kernel calls into: after
+changing the helpers here, delete the ``__pycache__/*.nbi``/``*.nbc`` files of this package.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profstream.engine.kernels._dispatch import BoolArray, Int64Array, kernel
+from profstream.engine.kernels._dispatch import BoolArray, Int64Array, inline, kernel
 
 MIN_CAPACITY = 16
+#: records a kernel processes between two checks of the table's load (each may insert one key)
+CHUNK = 4096
 
 _SEED = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -40,7 +47,7 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 
 
-@kernel
+@inline
 def _hash(keys: Int64Array, i: int) -> np.uint64:
     """splitmix64-style mix of the key in column ``i`` of ``keys``."""
     h = _SEED
@@ -52,7 +59,7 @@ def _hash(keys: Int64Array, i: int) -> np.uint64:
     return h
 
 
-@kernel
+@inline
 def find(tkeys: Int64Array, tused: BoolArray, keys: Int64Array, i: int) -> tuple[int, bool]:
     """The slot holding key ``keys[:, i]`` and True, or the empty slot where it would go and False."""
     mask = tused.size - 1
@@ -70,7 +77,7 @@ def find(tkeys: Int64Array, tused: BoolArray, keys: Int64Array, i: int) -> tuple
     return int(slot), False
 
 
-@kernel
+@inline
 def _copy_slot(
     src_keys: Int64Array, src_vals: Int64Array, a: int, dst_keys: Int64Array, dst_vals: Int64Array, b: int
 ) -> None:
@@ -99,24 +106,28 @@ def _grown(
 
 
 @kernel
-def claim(
-    tkeys: Int64Array, tvals: Int64Array, tused: BoolArray, size: int, keys: Int64Array, i: int, slot: int
-) -> tuple[Int64Array, Int64Array, BoolArray, int, int]:
-    """Store the absent key ``keys[:, i]`` at ``slot`` (from :func:`find`), growing the table first if needed.
+def reserved(
+    tkeys: Int64Array, tvals: Int64Array, tused: BoolArray, size: int
+) -> tuple[Int64Array, Int64Array, BoolArray]:
+    """The table, grown until :data:`CHUNK` more keys keep it at most half full.
 
-    Returns the (possibly new) arrays, the new size and the slot the key went to; its values are left
-    for the caller to fill.
+    Kernels call this once per chunk of records instead of checking the load on every insertion:
+    returning (possibly new) arrays from a per-record helper costs more than the lookup itself.
     """
-    if (size + 1) * 2 > tused.size:
+    while (size + CHUNK) * 2 > tused.size:
         tkeys, tvals, tused = _grown(tkeys, tvals, tused)
-        slot, _ = find(tkeys, tused, keys, i)
+    return tkeys, tvals, tused
+
+
+@inline
+def put(tkeys: Int64Array, tused: BoolArray, keys: Int64Array, i: int, slot: int) -> None:
+    """Store the absent key ``keys[:, i]`` at ``slot`` (from :func:`find`); its values are the caller's."""
     for k in range(keys.shape[0]):
         tkeys[k, slot] = keys[k, i]
     tused[slot] = True
-    return tkeys, tvals, tused, size + 1, slot
 
 
-@kernel
+@inline
 def remove(tkeys: Int64Array, tvals: Int64Array, tused: BoolArray, slot: int) -> None:
     """Empty ``slot``, shifting later entries of its probe run back so every key stays findable."""
     mask = tused.size - 1

@@ -56,12 +56,13 @@ from profstream.engine.kernels._dispatch import (
     BoolArray,
     Columns,
     Int64Array,
+    inline,
     int_column,
     int_rows,
     kernel,
     require_times,
 )
-from profstream.engine.kernels._table import KeyedState, Table, claim, find, remove
+from profstream.engine.kernels._table import CHUNK, KeyedState, Table, find, put, remove, reserved
 
 #: ``torch.memory_usage`` data types (framework_outputs.md §1.3)
 MALLOC, FREE, BLOCK_FREE = range(3)
@@ -133,14 +134,14 @@ def ge_state(payload_width: int = 0, key_width: int = 3) -> KeyedState:
 # --------------------------------------------------------------------------- kernels
 
 
-@kernel
+@inline
 def _copy_keys(out: Int64Array, row: int, n: int, tkeys: Int64Array, slot: int) -> None:
     """Key of table ``slot`` into output rows ``row..`` of column ``n``."""
     for k in range(tkeys.shape[0]):
         out[row + k, n] = tkeys[k, slot]
 
 
-@kernel
+@inline
 def _emit_group(
     tkeys: Int64Array, tvals: Int64Array, slot: int, width: int, out: Int64Array, n: int, counts: Int64Array
 ) -> None:
@@ -185,41 +186,44 @@ def _match_pta(
     """Group PTA records per key; closed groups go to ``out``. Returns rows written and the (grown) table."""
     n = 0
     width = payload.shape[0]
-    for i in range(times.size):
-        kind = kinds[i]
-        slot, found = find(tkeys, tused, keys, i)
-        if found:
-            if tvals[2 * kind + 1, slot] == NO_SEQ:
-                tvals[2 * kind, slot] = times[i]
-                tvals[2 * kind + 1, slot] = base + i
-                for p in range(width):
-                    tvals[_GROUP_FIXED + kind * width + p, slot] = payload[p, i]
-                if tvals[2 * FREE + 1, slot] != NO_SEQ and tvals[2 * BLOCK_FREE + 1, slot] != NO_SEQ:
-                    _emit_group(tkeys, tvals, slot, width, out, n, counts)
-                    n += 1
-                    remove(tkeys, tvals, tused, slot)
-                    size -= 1
-                continue
-            # a repeated type closes the group
-            _emit_group(tkeys, tvals, slot, width, out, n, counts)
-            n += 1
-            remove(tkeys, tvals, tused, slot)
-            size -= 1
+    for lo in range(0, times.size, CHUNK):
+        tkeys, tvals, tused = reserved(tkeys, tvals, tused, size)
+        for i in range(lo, min(lo + CHUNK, times.size)):
+            kind = kinds[i]
             slot, found = find(tkeys, tused, keys, i)
-        if kind != MALLOC:
-            counts[PTA_DROPPED] += 1
-            continue
-        tkeys, tvals, tused, size, slot = claim(tkeys, tvals, tused, size, keys, i, slot)
-        for v in range(_GROUP_FIXED):
-            tvals[v, slot] = NULL if v % 2 == 0 else NO_SEQ
-        tvals[2 * MALLOC, slot] = times[i]
-        tvals[2 * MALLOC + 1, slot] = base + i
-        for p in range(width):
-            tvals[_GROUP_FIXED + MALLOC * width + p, slot] = payload[p, i]
+            if found:
+                if tvals[2 * kind + 1, slot] == NO_SEQ:
+                    tvals[2 * kind, slot] = times[i]
+                    tvals[2 * kind + 1, slot] = base + i
+                    for p in range(width):
+                        tvals[_GROUP_FIXED + kind * width + p, slot] = payload[p, i]
+                    if tvals[2 * FREE + 1, slot] != NO_SEQ and tvals[2 * BLOCK_FREE + 1, slot] != NO_SEQ:
+                        _emit_group(tkeys, tvals, slot, width, out, n, counts)
+                        n += 1
+                        remove(tkeys, tvals, tused, slot)
+                        size -= 1
+                    continue
+                # a repeated type closes the group
+                _emit_group(tkeys, tvals, slot, width, out, n, counts)
+                n += 1
+                remove(tkeys, tvals, tused, slot)
+                size -= 1
+                slot, found = find(tkeys, tused, keys, i)
+            if kind != MALLOC:
+                counts[PTA_DROPPED] += 1
+                continue
+            put(tkeys, tused, keys, i, slot)
+            size += 1
+            for v in range(_GROUP_FIXED):
+                tvals[v, slot] = NULL if v % 2 == 0 else NO_SEQ
+            tvals[2 * MALLOC, slot] = times[i]
+            tvals[2 * MALLOC + 1, slot] = base + i
+            for p in range(width):
+                tvals[_GROUP_FIXED + MALLOC * width + p, slot] = payload[p, i]
     return n, tkeys, tvals, tused, size
 
 
-@kernel
+@inline
 def _emit_ge(
     out: Int64Array,
     n: int,
@@ -260,48 +264,51 @@ def _match_ge(
     n = 0
     width = payload.shape[0]
     row = _G_FIXED + keys.shape[0]
-    for i in range(times.size):
-        amount = sizes[i]
-        if amount == 0:
-            counts[GE_ZERO_SIZE] += 1
-            continue
-        slot, found = find(tkeys, tused, keys, i)
-        if amount > 0:
+    for lo in range(0, times.size, CHUNK):
+        tkeys, tvals, tused = reserved(tkeys, tvals, tused, size)
+        for i in range(lo, min(lo + CHUNK, times.size)):
+            amount = sizes[i]
+            if amount == 0:
+                counts[GE_ZERO_SIZE] += 1
+                continue
+            slot, found = find(tkeys, tused, keys, i)
+            if amount > 0:
+                if found:
+                    counts[GE_REPLACED] += 1
+                else:
+                    put(tkeys, tused, keys, i, slot)
+                    size += 1
+                tvals[_G_TIME, slot] = times[i]
+                tvals[_G_SEQ, slot] = base + i
+                tvals[_G_SIZE, slot] = amount
+                for p in range(width):
+                    tvals[3 + p, slot] = payload[p, i]
+                continue
             if found:
-                counts[GE_REPLACED] += 1
+                _emit_ge(
+                    out,
+                    n,
+                    tvals[_G_TIME, slot],
+                    times[i],
+                    tvals[_G_SIZE, slot],
+                    tvals[_G_SEQ, slot],
+                    base + i,
+                    keys,
+                    i,
+                )
+                for p in range(width):
+                    out[row + p, n] = tvals[3 + p, slot]
+                remove(tkeys, tvals, tused, slot)
+                size -= 1
+                counts[GE_PAIRED] += 1
             else:
-                tkeys, tvals, tused, size, slot = claim(tkeys, tvals, tused, size, keys, i, slot)
-            tvals[_G_TIME, slot] = times[i]
-            tvals[_G_SEQ, slot] = base + i
-            tvals[_G_SIZE, slot] = amount
+                _emit_ge(out, n, NULL, times[i], amount, NO_SEQ, base + i, keys, i)
+                for p in range(width):
+                    out[row + p, n] = 0
+                counts[GE_NO_ALLOCATION] += 1
             for p in range(width):
-                tvals[3 + p, slot] = payload[p, i]
-            continue
-        if found:
-            _emit_ge(
-                out,
-                n,
-                tvals[_G_TIME, slot],
-                times[i],
-                tvals[_G_SIZE, slot],
-                tvals[_G_SEQ, slot],
-                base + i,
-                keys,
-                i,
-            )
-            for p in range(width):
-                out[row + p, n] = tvals[3 + p, slot]
-            remove(tkeys, tvals, tused, slot)
-            size -= 1
-            counts[GE_PAIRED] += 1
-        else:
-            _emit_ge(out, n, NULL, times[i], amount, NO_SEQ, base + i, keys, i)
-            for p in range(width):
-                out[row + p, n] = 0
-            counts[GE_NO_ALLOCATION] += 1
-        for p in range(width):
-            out[row + width + p, n] = payload[p, i]
-        n += 1
+                out[row + width + p, n] = payload[p, i]
+            n += 1
     return n, tkeys, tvals, tused, size
 
 

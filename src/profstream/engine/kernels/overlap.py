@@ -54,6 +54,7 @@ from profstream.engine.kernels._dispatch import (
     FLUSH,
     NULL,
     Int64Array,
+    inline,
     int_column,
     kernel,
     require_intervals,
@@ -229,7 +230,7 @@ def _gaps_kernel(
     return n
 
 
-@kernel
+@inline
 def _credit(total: Int64Array, first: Int64Array, last: Int64Array, k: int, s: int, e: int) -> None:
     """Add ``[s, e)`` to slot ``k``."""
     total[k] += e - s

@@ -52,12 +52,13 @@ from profstream.engine.kernels._dispatch import (
     Columns,
     Int64Array,
     flag_column,
+    inline,
     int_column,
     int_rows,
     kernel,
     require_times,
 )
-from profstream.engine.kernels._table import KeyedState, Table, claim, find, remove
+from profstream.engine.kernels._table import CHUNK, KeyedState, Table, find, put, remove, reserved
 
 #: counters (``state.counts``): pairs emitted, ends without an open start, starts that never paired
 #: because a later start of their key replaced them (HWTS, ACSQ)
@@ -111,7 +112,7 @@ class FifoState:
 # --------------------------------------------------------------------------- kernels
 
 
-@kernel
+@inline
 def _emit(
     out: Int64Array, n: int, start: int, end: int, start_seq: int, end_seq: int, keys: Int64Array, i: int
 ) -> None:
@@ -124,7 +125,7 @@ def _emit(
         out[_FIXED + k, n] = keys[k, i]
 
 
-@kernel
+@inline
 def _store(tvals: Int64Array, slot: int, time: int, seq: int, payload: Int64Array, i: int) -> None:
     """Record an open start in ``slot``."""
     tvals[_TIME, slot] = time
@@ -133,7 +134,7 @@ def _store(tvals: Int64Array, slot: int, time: int, seq: int, payload: Int64Arra
         tvals[2 + p, slot] = payload[p, i]
 
 
-@kernel
+@inline
 def _emit_payload(out: Int64Array, n: int, width: int, tvals: Int64Array, slot: int) -> None:
     """Copy the payload of the open start in ``slot`` into output row ``n``."""
     base = _FIXED + width
@@ -159,28 +160,31 @@ def _pair_latest(
     """HWTS / ACSQ pairing: one open start per key; returns rows written and the (grown) table."""
     n = 0
     width = keys.shape[0]
-    for i in range(times.size):
-        slot, found = find(tkeys, tused, keys, i)
-        if not is_end[i]:
-            if found:
-                counts[ORPHAN_START] += 1
-            else:
-                tkeys, tvals, tused, size, slot = claim(tkeys, tvals, tused, size, keys, i, slot)
-            _store(tvals, slot, times[i], base + i, payload, i)
-        elif found:
-            _emit(out, n, tvals[_TIME, slot], times[i], tvals[_SEQ, slot], base + i, keys, i)
-            _emit_payload(out, n, width, tvals, slot)
-            n += 1
-            remove(tkeys, tvals, tused, slot)
-            size -= 1
-            counts[PAIRED] += 1
-        else:
-            counts[NO_START] += 1
-            if keep_lone_end:
-                _emit(out, n, NULL, times[i], NO_SEQ, base + i, keys, i)
-                for p in range(payload.shape[0]):
-                    out[_FIXED + width + p, n] = 0
+    for lo in range(0, times.size, CHUNK):
+        tkeys, tvals, tused = reserved(tkeys, tvals, tused, size)
+        for i in range(lo, min(lo + CHUNK, times.size)):
+            slot, found = find(tkeys, tused, keys, i)
+            if not is_end[i]:
+                if found:
+                    counts[ORPHAN_START] += 1
+                else:
+                    put(tkeys, tused, keys, i, slot)
+                    size += 1
+                _store(tvals, slot, times[i], base + i, payload, i)
+            elif found:
+                _emit(out, n, tvals[_TIME, slot], times[i], tvals[_SEQ, slot], base + i, keys, i)
+                _emit_payload(out, n, width, tvals, slot)
                 n += 1
+                remove(tkeys, tvals, tused, slot)
+                size -= 1
+                counts[PAIRED] += 1
+            else:
+                counts[NO_START] += 1
+                if keep_lone_end:
+                    _emit(out, n, NULL, times[i], NO_SEQ, base + i, keys, i)
+                    for p in range(payload.shape[0]):
+                        out[_FIXED + width + p, n] = 0
+                    n += 1
     return n, tkeys, tvals, tused, size
 
 
@@ -206,37 +210,42 @@ def _pair_fifo(
     n = 0
     width = keys.shape[0]
     pos_key = np.empty((width + 1, 1), np.int64)
-    for i in range(times.size):
-        qslot, queued = find(qkeys, qused, keys, i)
-        if not is_end[i]:
-            if not queued:
-                qkeys, qvals, qused, qsize, qslot = claim(qkeys, qvals, qused, qsize, keys, i, qslot)
-                qvals[0, qslot] = 0
-                qvals[1, qslot] = 0
-            for k in range(width):
-                pos_key[k, 0] = keys[k, i]
-            pos_key[width, 0] = qvals[1, qslot]
-            qvals[1, qslot] += 1
-            sslot, _ = find(skeys, sused, pos_key, 0)
-            skeys, svals, sused, ssize, sslot = claim(skeys, svals, sused, ssize, pos_key, 0, sslot)
-            _store(svals, sslot, times[i], base + i, payload, i)
-        elif queued:
-            for k in range(width):
-                pos_key[k, 0] = keys[k, i]
-            pos_key[width, 0] = qvals[0, qslot]
-            qvals[0, qslot] += 1
-            sslot, _ = find(skeys, sused, pos_key, 0)
-            _emit(out, n, svals[_TIME, sslot], times[i], svals[_SEQ, sslot], base + i, keys, i)
-            _emit_payload(out, n, width, svals, sslot)
-            n += 1
-            remove(skeys, svals, sused, sslot)
-            ssize -= 1
-            counts[PAIRED] += 1
-            if qvals[0, qslot] == qvals[1, qslot]:
-                remove(qkeys, qvals, qused, qslot)
-                qsize -= 1
-        else:
-            counts[NO_START] += 1
+    for lo in range(0, times.size, CHUNK):
+        qkeys, qvals, qused = reserved(qkeys, qvals, qused, qsize)
+        skeys, svals, sused = reserved(skeys, svals, sused, ssize)
+        for i in range(lo, min(lo + CHUNK, times.size)):
+            qslot, queued = find(qkeys, qused, keys, i)
+            if not is_end[i]:
+                if not queued:
+                    put(qkeys, qused, keys, i, qslot)
+                    qsize += 1
+                    qvals[0, qslot] = 0
+                    qvals[1, qslot] = 0
+                for k in range(width):
+                    pos_key[k, 0] = keys[k, i]
+                pos_key[width, 0] = qvals[1, qslot]
+                qvals[1, qslot] += 1
+                sslot, _ = find(skeys, sused, pos_key, 0)
+                put(skeys, sused, pos_key, 0, sslot)
+                ssize += 1
+                _store(svals, sslot, times[i], base + i, payload, i)
+            elif queued:
+                for k in range(width):
+                    pos_key[k, 0] = keys[k, i]
+                pos_key[width, 0] = qvals[0, qslot]
+                qvals[0, qslot] += 1
+                sslot, _ = find(skeys, sused, pos_key, 0)
+                _emit(out, n, svals[_TIME, sslot], times[i], svals[_SEQ, sslot], base + i, keys, i)
+                _emit_payload(out, n, width, svals, sslot)
+                n += 1
+                remove(skeys, svals, sused, sslot)
+                ssize -= 1
+                counts[PAIRED] += 1
+                if qvals[0, qslot] == qvals[1, qslot]:
+                    remove(qkeys, qvals, qused, qslot)
+                    qsize -= 1
+            else:
+                counts[NO_START] += 1
     return n, qkeys, qvals, qused, qsize, skeys, svals, sused, ssize
 
 
