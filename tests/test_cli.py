@@ -201,7 +201,7 @@ def test_library_prints_nothing_by_default() -> None:
     code = (
         "import profstream.simulate as s, profstream, tempfile\n"
         "d = tempfile.mkdtemp()\n"
-        "s.simulate(s.SimulationConfig(steps=1, ops_per_step=4), d)\n"
+        "s.simulate(s.SimulationConfig(steps=1, ops_per_step=8), d)\n"
         "profstream.open(d).inspect()\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -86,6 +86,9 @@ def get_logger(**bound: Any) -> Any:
         return structlog.get_logger().bind(**bound)
     return structlog.wrap_logger(
         logging.getLogger("profstream"),
-        processors=[structlog.stdlib.filter_by_level, structlog.processors.KeyValueRenderer(key_order=["event"])],
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.processors.KeyValueRenderer(key_order=["event"]),
+        ],
         wrapper_class=structlog.stdlib.BoundLogger,
     ).bind(**bound)

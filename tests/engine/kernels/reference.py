@@ -485,7 +485,7 @@ def make_task_logs(rng: np.random.Generator, n: int) -> Inputs:
     order = np.lexsort((is_end, times))
     keep = order[rng.random(order.size) > 0.001]
     return {
-        "keys": keys[:, keep],
+        "keys": np.ascontiguousarray(keys[:, keep]),
         "is_end": is_end[keep],
         "times": times[keep],
         "payload": [rng.integers(0, 16, keep.size)],

@@ -147,7 +147,7 @@ def test_two_record_block_free_group_takes_release_totals_from_it() -> None:
 
 
 def test_ge_example() -> None:
-    """§2.9: alloc + release pair; a newer alloc replaces a pending one; a lone release keeps its negative size."""
+    """§2.9: alloc + release pair; a newer alloc replaces a pending one; a lone release keeps its size < 0."""
     keys = [[5] * 5, [0xA0] * 4 + [0xB0], [0] * 5]
     state = memory.ge_state()
     out = memory.match_ge(keys, [512, 1024, -1024, 0, -256], [1, 2, 4, 5, 6], state=state, final=True)
@@ -170,12 +170,19 @@ def test_ge_never_freed_rows_come_last_in_allocation_order() -> None:
     assert state.counts.tolist()[memory.GE_NEVER_FREED] == 2
 
 
-def test_uint64_addresses_are_keys() -> None:
-    """64-bit pointers above 2**63 (as int64 bit patterns) pair like any other key."""
-    ptr = np.array([2**64 - 16, 2**64 - 16], np.uint64).view(np.int64)
-    state = memory.pta_state()
-    out = memory.match_pta([np.ones(2, np.int64), ptr], [M, F], [1, 2], state=state, final=True)
-    assert out.keys[1].tolist() == [int(ptr[0])]
+def test_uint64_ids_keep_their_bits() -> None:
+    """uint64 pointers and hashes above 2**63 are keys and payload as they are (int64 bit patterns)."""
+    big = np.array([2**64 - 16, 2**64 - 16], np.uint64)
+    state = memory.pta_state(1)
+    out = memory.match_pta(
+        [np.ones(2, np.int64), big], [M, F], [1, 2], state=state, payload=[big], final=True
+    )
+    assert out.keys[1].view(np.uint64).tolist() == [2**64 - 16]
+    assert out.alloc_payload[0].view(np.uint64).tolist() == [2**64 - 16]
+    state = memory.ge_state()
+    out = memory.match_ge([big, big, np.zeros(2, np.int64)], [8, -8], [1, 2], state=state)
+    assert out.keys.view(np.uint64)[:, 0].tolist() == [2**64 - 16, 2**64 - 16, 0]
+    assert state.counts.tolist()[memory.GE_PAIRED] == 1
 
 
 # --------------------------------------------------------------------------- bad input

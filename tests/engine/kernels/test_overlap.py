@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -300,3 +301,13 @@ def test_bad_steps_are_refused() -> None:
 def test_reference_difference_example_agrees() -> None:
     """The oracle itself gives the hand-computed difference (guards the oracle)."""
     assert combine_ref(overlap.SetOp.DIFFERENCE, [(0, 10), (12, 20)], [(5, 15)]) == [(0, 5), (15, 20)]
+
+
+def test_arrow_columns_are_accepted_and_nulls_refused() -> None:
+    """pyarrow columns without nulls go straight in; a null would need a cast, so it is refused."""
+    out = overlap.union(
+        pa.array([0, 2], pa.int64()), pa.array([3, 5], pa.int64()), overlap.union_state(), FLUSH
+    )
+    assert spans(out) == [(0, 5)]
+    with pytest.raises(ValueError, match="ends: expected integers"):
+        overlap.union(pa.array([0, 2], pa.int64()), pa.array([3, None], pa.int64()), overlap.union_state())

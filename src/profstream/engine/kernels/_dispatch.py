@@ -51,9 +51,17 @@ def inline(fn: _F) -> _F:
     return cast(_F, numba.njit(cache=True, nogil=True, inline="always")(fn))
 
 
-def int_column(name: str, values: npt.ArrayLike, length: int | None = None) -> Int64Array:
-    """``values`` as a contiguous 1-D int64 array; ``length`` if given must match."""
+def int_column(
+    name: str, values: npt.ArrayLike, length: int | None = None, *, bits: bool = False
+) -> Int64Array:
+    """``values`` as a contiguous 1-D int64 array; ``length`` if given must match.
+
+    With ``bits``, a uint64 column (ids, hashes, addresses: compared, never computed with) keeps its
+    bit pattern as int64 (view it back as uint64); otherwise a value above the int64 range is refused.
+    """
     arr = np.asarray(values)
+    if bits and arr.dtype == np.uint64:
+        arr = arr.view(np.int64)
     if arr.ndim != 1:
         msg = f"{name}: expected a 1-D column, got shape {arr.shape}"
         raise ValueError(msg)
@@ -91,8 +99,18 @@ def int_rows(name: str, values: Columns | None, length: int, width: int | None =
 
     ``values`` is a sequence of columns, a 2-D array of that shape, one numpy column (width 1) or None
     (width 0). Each column is converted on its own, so mixing int64 and uint64 columns never goes
-    through float. ``width`` if given must match.
+    through float; these are identity columns (keys, payload), so uint64 keeps its bits. ``width``
+    if given must match.
     """
+    if (
+        isinstance(values, np.ndarray)
+        and values.dtype == np.int64
+        and values.flags.c_contiguous
+        and values.ndim == 2
+        and values.shape[1] == length
+        and (width is None or values.shape[0] == width)
+    ):
+        return values  # already in the kernels' layout: no copy
     if values is None:
         cols: list[Any] = []
     elif isinstance(values, np.ndarray):
@@ -104,7 +122,7 @@ def int_rows(name: str, values: Columns | None, length: int, width: int | None =
         raise ValueError(msg)
     if not cols:
         return np.empty((0, length), np.int64)
-    return np.stack([int_column(f"{name}[{k}]", col, length) for k, col in enumerate(cols)])
+    return np.stack([int_column(f"{name}[{k}]", col, length, bits=True) for k, col in enumerate(cols)])
 
 
 def require_times(name: str, values: Int64Array) -> None:

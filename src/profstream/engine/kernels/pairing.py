@@ -25,6 +25,11 @@ the rules differ only in what happens to an end without a start: HWTS emits it w
 counts neither HWTS overwritten starts nor ACSQ ends that no later start follows: every start or end
 that does not pair is counted here.
 
+FFTS+ keeps a first-in first-out queue of open starts per key instead. In the same ``(time, end
+flag)`` order, msprof's "drop an end earlier than the head start, else pair it with the head start"
+becomes: an end pairs with the oldest open start of its key, or is dropped and counted if there is
+none (every start still to come is later than it).
+
 Records carry a key (several int64 columns), a start/end flag, a time (raw syscnt or ns, the kernels do
 not care) and an optional int64 *payload* (columns a wrapper needs from the start record, e.g. task
 type or acc id). Open starts keep their payload in the state, so a pair whose start arrived in an
