@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -45,14 +44,15 @@ def du_mb(path: Path) -> float:
 
 
 def run(argv: list[str]) -> tuple[float, float]:
-    """Run one CLI command in a child process; return (wall seconds, peak RSS MB of that child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Run one CLI command in a child process; return (wall seconds, that child's peak RSS in MB)."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "profstream", *argv], check=True, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen([sys.executable, "-m", "profstream", *argv], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of children is the max over all children so far: run scenarios from small to large.
-    return wall, max(after, before) / 1024
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, argv)
+    return wall, usage.ru_maxrss / 1024  # Linux reports kilobytes
 
 
 def simulated(work: Path, chip: str, size_mb: int) -> Path:
@@ -86,7 +86,7 @@ SCENARIOS: dict[str, Callable[[Path], Result]] = {
     f"{kind}-{chip}-{size}MB": factory(chip, size)
     for kind, factory in (("simulate", scenario_simulate), ("inspect", scenario_inspect))
     for chip in ("910A", "910B")
-    for size in (100, 1024, 5120)
+    for size in (100, 1024, 5120, 10240)
 }
 
 
@@ -121,6 +121,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         results = [SCENARIOS[name](Path(scratch)) for name in args.scenario]
+        results = [replace(r, command=r.command.replace(scratch, "$WORK")) for r in results]
     text = table(results)
     print(text)
     if args.write:

@@ -208,3 +208,31 @@ def test_library_prints_nothing_by_default() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--aic-metrics", "Bogus"], "simulate.aic_metrics"),
+        (["--profiling-options", '{"storage_limit": "5MB"}'], "PROFILING_OPTIONS.storage_limit"),
+        (["--ops-per-step", "4"], "simulate.ops_per_step"),
+    ],
+)
+def test_simulate_rejects_bad_settings(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """simulate validates its settings (metrics group, option string, workload) before writing anything."""
+    out = tmp_path / "sim"
+    assert message in usage_error(["simulate", str(out), *argv], capsys)
+    assert not out.exists()
+
+
+def test_simulate_writes_a_collection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """simulate writes a PROF dir and its truth, and says where."""
+    out, truth = tmp_path / "sim", tmp_path / "truth"
+    argv = ["simulate", str(out), "--chip", "910A", "--steps", "2", "--ops-per-step", "8"]
+    argv += ["--truth", str(truth)]
+    assert main(argv) == 0
+    assert str(out) in capsys.readouterr().out
+    assert list(out.glob("PROF_*/device_0/data/hwts.data.0.slice_*"))
+    assert (truth / "steps.parquet").is_file()

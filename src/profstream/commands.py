@@ -50,7 +50,7 @@ def _simulation_config(args: argparse.Namespace) -> Any:
         ranks=args.ranks,
         framework=args.framework,
         aic_metrics=args.aic_metrics,
-        profiling_options=args.profiling_options,
+        profiling_options=args.profiling_options or "",
         seed=args.seed,
         target_bytes=None if args.size is None else args.size * 1024 * 1024,
     )

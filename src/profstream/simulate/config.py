@@ -16,6 +16,7 @@ from typing import Literal
 import msgspec
 
 from profstream.errors import ConfigError
+from profstream.options import parse_profiling_options
 
 Chip = Literal["910A", "910B"]
 Framework = Literal["none", "torch_npu"]
@@ -103,6 +104,8 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
             known = ", ".join(AIC_METRICS_EVENTS)
             msg = f"unknown aic_metrics group {self.aic_metrics!r}; known: {known}"
             raise ConfigError(msg, key="simulate.aic_metrics")
+        if self.profiling_options:
+            parse_profiling_options(self.profiling_options)  # a ConfigError names the bad option
 
     @property
     def profile(self) -> ChipProfile:
