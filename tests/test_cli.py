@@ -236,3 +236,21 @@ def test_simulate_writes_a_collection(tmp_path: Path, capsys: pytest.CaptureFixt
     assert str(out) in capsys.readouterr().out
     assert list(out.glob("PROF_*/device_0/data/hwts.data.0.slice_*"))
     assert (truth / "steps.parquet").is_file()
+
+
+def test_simulate_refuses_a_non_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """simulate never appends to an existing collection: a non-empty OUT is bad input, left untouched."""
+    (tmp_path / "keep.txt").write_text("x")
+    assert main(["simulate", str(tmp_path), "--steps", "1", "--ops-per-step", "8"]) == EXIT_BAD_INPUT
+    assert "not empty" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_demo_runs_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The demo replaces its own previous output and reports the same collection each time."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--output", str(out)]) == 0
+    first = capsys.readouterr().out
+    assert main(["demo", "--output", str(out)]) == 0
+    assert capsys.readouterr().out == first
+    assert "stars_soc" in first

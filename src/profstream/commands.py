@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -76,6 +77,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     out = Path(args.output)
     raw = out / "raw"
+    for previous in (raw, out / "truth"):  # the demo's own output of an earlier run
+        shutil.rmtree(previous, ignore_errors=True)
     config = SimulationConfig(chip="910B", steps=3, ops_per_step=48, framework="torch_npu", seed=7)
     result = simulate(config, raw, truth_dir=out / "truth")
     print(f"simulated a 910B torch_npu training run: {_human(result.bytes)} of raw data in {raw}")

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from profstream.errors import InputPathError
 from profstream.events import SIMULATION_WRITTEN, get_logger
 from profstream.simulate.clock import DeviceClock, device_clock, host_clock
 from profstream.simulate.config import SimulationConfig
@@ -230,6 +231,9 @@ def simulate(
     """
     started = time.perf_counter()
     out = Path(out_dir)
+    if out.is_dir() and any(out.iterdir()):
+        msg = f"{out} is not empty: simulate writes a fresh collection and never appends to or replaces one"
+        raise InputPathError(msg)
     out.mkdir(parents=True, exist_ok=True)
     template = build_template(config)
     names = Names.of(template)
