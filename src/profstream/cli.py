@@ -13,7 +13,6 @@ Exit codes: 0 success, 1 bad input (corrupt data, missing files), 2 usage
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -231,38 +230,6 @@ def _not_yet(what: str) -> Handler:
     return handler
 
 
-def _run_validate(args: argparse.Namespace) -> int:
-    from profstream import options
-
-    settings = _settings(args)
-    export = settings.export
-    print(f"settings: ok ({export.layout} layout, timeline_limit {export.timeline_limit_mb} MB)")
-    env = dict(os.environ)
-    if args.profiling_options is not None:
-        env["PROFILING_OPTIONS"] = args.profiling_options
-    if args.ms_profiler_options is not None:
-        env["MS_PROFILER_OPTIONS"] = args.ms_profiler_options
-    for name, parsed in options.from_environment(env).items():
-        print(f"{name}: ok {parsed}")
-    return EXIT_OK
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from profstream.config import load_settings
-
-    overrides: dict[str, Any] = {}
-    export: dict[str, Any] = {}
-    if getattr(args, "layout", None):
-        export["layout"] = args.layout
-    if getattr(args, "format", None):
-        export["format"] = args.format
-    if getattr(args, "timeline_limit", None):
-        export["timeline_limit_mb"] = args.timeline_limit
-    if export:
-        overrides["export"] = export
-    return load_settings(getattr(args, "config", None), env=os.environ, overrides=overrides)
-
-
 def _handlers() -> dict[str, Handler]:
     from profstream import commands
 
@@ -273,7 +240,7 @@ def _handlers() -> dict[str, Handler]:
         "demo": commands.run_demo,
         "collect": _not_yet("collect (the collector daemon capability)"),
         "cluster": _not_yet("cluster (the Dask cluster capability)"),
-        "validate": _run_validate,
+        "validate": commands.run_validate,
     }
 
 

@@ -8,9 +8,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from profstream.config import Settings
 
 EXIT_OK = 0
 
@@ -23,12 +26,45 @@ def _human(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def run_validate(args: argparse.Namespace) -> int:
+    """Check settings and the profiler option strings without running anything."""
+    from profstream import options
+
+    settings = settings_of(args)
+    export = settings.export
+    print(f"settings: ok ({export.layout} layout, timeline_limit {export.timeline_limit_mb} MB)")
+    env = dict(os.environ)
+    if args.profiling_options is not None:
+        env["PROFILING_OPTIONS"] = args.profiling_options
+    if args.ms_profiler_options is not None:
+        env["MS_PROFILER_OPTIONS"] = args.ms_profiler_options
+    for name, parsed in options.from_environment(env).items():
+        print(f"{name}: ok {parsed}")
+    return EXIT_OK
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    """Settings for one command: default.toml, --config, the environment, then the command's own flags."""
+    from profstream.config import load_settings
+
+    overrides: dict[str, Any] = {}
+    export: dict[str, Any] = {}
+    if getattr(args, "layout", None):
+        export["layout"] = args.layout
+    if getattr(args, "format", None):
+        export["format"] = args.format
+    if getattr(args, "timeline_limit", None):
+        export["timeline_limit_mb"] = args.timeline_limit
+    if export:
+        overrides["export"] = export
+    return load_settings(getattr(args, "config", None), env=os.environ, overrides=overrides)
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     """Print, per device and family: files, bytes, records, lost-record gaps, time range."""
     from profstream.api import open_profile
-    from profstream.config import load_settings
 
-    decode = load_settings(args.config, env=os.environ).decode
+    decode = settings_of(args).decode
     profile = open_profile(
         args.collection_dir, on_invalid=decode.on_invalid, chunk_bytes=decode.chunk_mb << 20
     )
