@@ -1,0 +1,240 @@
+"""Feeds: decoded record batches of one family with their times converted to host-monotonic ns.
+
+Each family's time columns and the clock that converts them are listed once, in
+:data:`TIME_SPECS` (cann_raw_formats.md §3.2; framework_outputs.md §1.4). Converted columns are
+appended as int64 ``*_ns`` columns; the raw columns stay for operators that need native units.
+
+Choices: ``npu_mem`` timestamps are microseconds without the device monotonic offset, converted
+as msprof's Python ``get_absolute_time_by_sampling_timestamp`` does (``us * 1000 + host
+monotonic``, cann_raw_formats.md §2.11 and the §3.2 caveat). ``npu_module_mem`` cycle counts go
+through the device dir's host-counter conversion (msprof ``time_from_host_syscnt(...,
+is_host=False)``). PMU families with no time (``aicore``, ``aiv``) are ordered like the task log
+they belong to and follow its watermark (see :class:`~profstream.engine.runtime.Feed`).
+
+Host streams come as unaging then aging slices (the order msprof's host C++ reads them,
+cann_raw_formats.md §1.4); the readers' ``aging`` bool column tells them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from profstream.codecs._base import OnInvalid
+from profstream.engine import discovery
+from profstream.engine.clock import DeviceClock, FrameworkClock
+from profstream.engine.runtime import Feed
+from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream, StreamOffsets, StreamReader
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSpec:
+    """Which raw columns become which ns columns, through which clock; ``order`` is watermarked."""
+
+    conversions: tuple[tuple[str, str, str], ...]  # (raw column, ns column, clock kind)
+    order: str | None  # None: no time of its own (follows its task log)
+
+
+def _spec(order: str | None, *conversions: tuple[str, str, str]) -> TimeSpec:
+    return TimeSpec(conversions, order)
+
+
+_SYSCNT = ("syscnt", "time_ns", "syscnt")
+_HOST_TS = ("timestamp", "time_ns", "host")
+
+TIME_SPECS: dict[str, TimeSpec] = {
+    **{f: _spec("time_ns", _SYSCNT) for f in ("hwts", "hwts_aiv", "stars_soc", "stars_soc_v6")},
+    **{f: _spec("time_ns", _SYSCNT) for f in ("ts_track", "ts_track_aiv", "training_trace", "lpm_freq")},
+    # FFTS+ PMU records are written when the task ends: ordered by end
+    **{
+        f: _spec("end_ns", ("start_syscnt", "start_ns", "syscnt"), ("end_syscnt", "end_ns", "syscnt"))
+        for f in ("ffts_profile", "ffts_profile_v6")
+    },
+    "aicore": _spec(None),
+    "aiv": _spec(None),
+    "npu_mem": _spec("time_ns", ("timestamp", "time_ns", "npu_mem")),
+    "npu_mem_app": _spec("time_ns", ("timestamp", "time_ns", "npu_mem")),
+    "npu_module_mem": _spec("time_ns", ("cpu_cycle_count", "time_ns", "host")),
+    "api_event": _spec("start_ns", ("begin_time", "start_ns", "host"), ("end_time", "end_ns", "host")),
+    **{
+        f: _spec("time_ns", _HOST_TS)
+        for f in (
+            "task_track",
+            "runtime_track",
+            "node_basic_info",
+            "node_attr_info",
+            "memcpy_info",
+            "hccl_op_info",
+            "capture_stream_info",
+            "expand_stream_spec",
+            "tensor_info",
+            "context_id_info",
+            "graph_id_map",
+            "fusion_op_info",
+            "hccl_info",
+            "multi_thread",
+            "task_memory_info",
+            "static_op_mem",
+            "memory_application",
+        )
+    },
+    # torch_npu records: raw framework timestamps, converted in place to host-monotonic ns
+    "torch_op_range": _spec(
+        "end_ns", ("start_ns", "start_ns", "framework"), ("end_ns", "end_ns", "framework")
+    ),
+    "torch_op_mark": _spec("time_ns", ("time_ns", "time_ns", "framework")),
+    "torch_memory_usage": _spec("time_ns", ("time_ns", "time_ns", "framework")),
+    "torch_gc_record": _spec(
+        "end_ns", ("start_ns", "start_ns", "framework"), ("end_ns", "end_ns", "framework")
+    ),
+}
+
+Converter = Callable[[np.ndarray[Any, Any]], np.ndarray[Any, np.dtype[np.int64]]]
+
+
+def converters(clock: DeviceClock | FrameworkClock | None) -> dict[str, Converter]:
+    """The clock kinds of :data:`TIME_SPECS` as functions over one clock."""
+    if isinstance(clock, FrameworkClock):
+        return {"framework": clock.to_ns}
+    if clock is None:
+        return {}
+    device = clock
+
+    def npu_mem(values: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        return values.astype(np.int64) * 1000 + np.int64(device.host_mono or 0)
+
+    return {"syscnt": device.syscnt_to_ns, "host": device.host_to_ns, "npu_mem": npu_mem}
+
+
+def convert(batch: pa.RecordBatch, spec: TimeSpec, convs: dict[str, Converter]) -> pa.RecordBatch:
+    """``batch`` with its ns columns appended (or replaced, for torch_npu's raw ``*_ns``)."""
+    for raw, target, kind in spec.conversions:
+        values = batch.column(raw).to_numpy(zero_copy_only=False)
+        ns = pa.array(convs[kind](values), pa.int64())
+        index = batch.schema.get_field_index(target)
+        batch = batch.set_column(index, target, ns) if index >= 0 else batch.append_column(target, ns)
+    return batch
+
+
+class FeedSet:
+    """Opens the feeds of one collection, each reading one family of one dir (unaging, then aging)."""
+
+    def __init__(
+        self,
+        collection: discovery.Profile,
+        *,
+        on_invalid: OnInvalid = "error",
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        positions: dict[str, Any] | None = None,
+    ) -> None:
+        self.collection = collection
+        self.on_invalid: OnInvalid = on_invalid
+        self.chunk_bytes = chunk_bytes
+        self.positions = positions or {}
+
+    def clock(self, data_dir: discovery.DataDir) -> DeviceClock | FrameworkClock:
+        if data_dir.metadata is None:
+            return self.collection.framework_clock()
+        return self.collection.clock(data_dir)
+
+    def streams(self, data_dir: discovery.DataDir | None, family: str) -> list[Stream]:
+        if data_dir is None:
+            return []
+        found = [s for s in data_dir.streams if s.family == family]
+        return sorted(found, key=lambda s: bool(s.aging))
+
+    def has(self, data_dir: discovery.DataDir | None, family: str) -> bool:
+        return bool(self.streams(data_dir, family))
+
+    def feed(
+        self,
+        data_dir: discovery.DataDir,
+        family: str,
+        *,
+        name: str | None = None,
+        slack_ns: int = 0,
+        follows: str | None = None,
+    ) -> Feed:
+        """A feed of ``family`` in ``data_dir``, resumed from ``positions[name]`` if given.
+
+        A family without a time (:data:`TIME_SPECS` ``order`` None) must name the feed it
+        ``follows``.
+        """
+        name = name or family
+        spec = TIME_SPECS.get(family, _spec(None))
+        streams = self.streams(data_dir, family)
+        convs = converters(self.clock(data_dir)) if spec.conversions else {}
+        start = self.positions.get(name)
+        reading = _Reading(streams, self.on_invalid, self.chunk_bytes, start)
+        batches = (convert(b, spec, convs) for b in reading)
+        if spec.order is None and follows is None:
+            msg = f"{family} has no time of its own: say which feed it follows"
+            raise ValueError(msg)
+        return Feed(
+            name, batches, spec.order or "", slack_ns=slack_ns, position=reading.position, follows=follows
+        )
+
+    def table(self, data_dir: discovery.DataDir | None, family: str) -> pa.Table | None:
+        """A whole (small) family: dictionaries and static node info that operators index up front."""
+        streams = self.streams(data_dir, family)
+        if data_dir is None or not streams:
+            return None
+        spec = TIME_SPECS.get(family, _spec(None))
+        convs = converters(self.clock(data_dir)) if spec.conversions else {}
+        batches = [convert(b, spec, convs) for b in _Reading(streams, self.on_invalid, self.chunk_bytes)]
+        if not batches:
+            return None
+        return pa.Table.from_batches(batches)
+
+
+class _Reading:
+    """Iterates the streams of one family in order, remembering where it stands."""
+
+    def __init__(
+        self,
+        streams: Sequence[Stream],
+        on_invalid: OnInvalid,
+        chunk_bytes: int,
+        start: Any = None,
+    ) -> None:
+        self._streams = list(streams)
+        self._on_invalid: OnInvalid = on_invalid
+        self._chunk = chunk_bytes
+        self._index = 0
+        resume = None
+        if start is not None:
+            self._index = int(start[0])
+            resume = None if start[1] is None else msgspec.convert(start[1], StreamOffsets)
+        self._reader: StreamReader | None = None
+        self._resume = resume
+
+    def _open(self) -> StreamReader | None:
+        if self._reader is None and self._index < len(self._streams):
+            self._reader = StreamReader(
+                self._streams[self._index],
+                on_invalid=self._on_invalid,
+                chunk_size=self._chunk,
+                resume=self._resume,
+            )
+            self._resume = None
+        return self._reader
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while (reader := self._open()) is not None:
+            yield from reader
+            self._index += 1
+            self._reader = None
+
+    def position(self) -> Any:
+        """``[stream index, reader offsets or None]``, msgpack-encodable."""
+        offsets = (
+            None
+            if self._reader is None
+            else msgspec.to_builtins(self._reader.offsets(), builtin_types=(bytes,))
+        )
+        return [self._index, offsets]

@@ -1,0 +1,312 @@
+"""The pipeline runtime: feeds -> operators -> named output streams, pulled by the consumer.
+
+A :class:`Pipeline` is a DAG. Its leaves are :class:`Feed` s (decoded, time-converted record
+batches of one record family); its nodes are :class:`Operator` s, each consuming named streams
+(feeds or other operators' outputs) and producing named streams (canonical tables or
+intermediate streams). The consumer iterates :meth:`Pipeline.run`, which does the work lazily:
+
+1. pull one batch from the live feed whose watermark is lowest, so no feed races ahead of the
+   others and buffers stay bounded by the skew between families, not by the input size;
+2. push it to every operator that consumes that feed;
+3. advance every operator (in topological order) to the minimum watermark of its inputs; an
+   operator emits everything that can no longer change once no input will deliver anything older;
+   its outputs carry that watermark on to its consumers;
+4. yield the output batches of the wanted streams.
+
+When every feed is exhausted the operators are finished in topological order.
+
+Watermarks: a feed's watermark is the largest time seen minus its reorder allowance (``slack_ns``);
+an exhausted feed's is :data:`DONE`. An operator output's watermark is the one the operator was last
+advanced to (it promises nothing older will follow). Side inputs (dictionaries, unaging node info)
+are not streams: operators get them when they are built.
+
+Snapshots: :meth:`Pipeline.snapshot` captures every feed's read position and every operator's
+state; a pipeline built the same way and restored from it continues with exactly the output the
+original would have produced. Operator state goes through :func:`pack_state` / :func:`unpack_state`
+(msgpack of named numpy arrays and plain values), so a snapshot is the same bytes whenever the
+state is the same.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from profstream.errors import ProfstreamError
+
+#: the watermark of a stream that will deliver nothing more
+DONE = np.iinfo(np.int64).max
+#: the watermark before anything was seen
+START = np.iinfo(np.int64).min
+
+Emit = tuple[str, pa.RecordBatch]
+
+
+def at(stream: str, device_id: int | None) -> str:
+    """The name of a per-device stream: ``tasks@0``; host and framework streams have no suffix."""
+    return stream if device_id is None else f"{stream}@{device_id}"
+
+
+class Operator(abc.ABC):
+    """A streaming operator; instances set ``inputs`` and ``outputs`` (stream names, see :func:`at`).
+
+    Lifecycle: any number of :meth:`push` and :meth:`advance` calls, then one :meth:`finish`.
+    ``advance(w)`` returns every output row that no input older than ``w`` can still change.
+    :meth:`snapshot` / :meth:`restore` round-trip the state byte for byte (see :func:`pack_state`).
+    """
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @abc.abstractmethod
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        """Take one batch of input ``stream``; emit nothing yet."""
+
+    @abc.abstractmethod
+    def advance(self, watermark: int) -> list[Emit]:
+        """Emit what is final once no input will deliver a time below ``watermark``."""
+
+    @abc.abstractmethod
+    def finish(self) -> list[Emit]:
+        """Every input is exhausted: emit the rest (and report what never matched)."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> bytes:
+        """The operator state as bytes (use :func:`pack_state`)."""
+
+    @abc.abstractmethod
+    def restore(self, state: bytes) -> None:
+        """Replace the state by one :meth:`snapshot` returned."""
+
+
+@dataclass
+class Feed:
+    """One input stream: time-converted batches and how to read its watermark.
+
+    ``batches`` yields batches whose ``time_column`` is int64 ns; ``position`` returns the
+    resumable read position (anything msgpack can encode) and ``resume`` is how the pipeline
+    was told to start from one (the builder passes it to the reader).
+    """
+
+    name: str
+    batches: Iterator[pa.RecordBatch]
+    time_column: str  # "" for a family with no time of its own: it takes ``follows``'s watermark
+    slack_ns: int = 0
+    position: Callable[[], Any] = field(default=lambda: None)
+    follows: str | None = None
+    watermark: int = START
+
+    def pull(self) -> pa.RecordBatch | None:
+        """The next non-empty batch, advancing the watermark; None (and DONE) at the end."""
+        for batch in self.batches:
+            if batch.num_rows == 0:
+                continue
+            if not self.time_column:
+                return batch
+            column = batch.column(self.time_column)
+            high = np.max(column.to_numpy(zero_copy_only=False)) if column.null_count == 0 else None
+            if high is not None:
+                self.watermark = max(self.watermark, int(high) - self.slack_ns)
+            return batch
+        self.watermark = DONE
+        return None
+
+
+class PipelineError(ProfstreamError):
+    """A pipeline wired wrongly: an input nobody produces, two producers of one stream, a cycle."""
+
+
+class Pipeline:
+    """A DAG of feeds and operators; see the module docstring."""
+
+    def __init__(self, feeds: Sequence[Feed], operators: Sequence[Operator]) -> None:
+        self.feeds = {f.name: f for f in feeds}
+        if len(self.feeds) != len(feeds):
+            msg = "two feeds with one name"
+            raise PipelineError(msg)
+        self.operators = _topological(operators, set(self.feeds))
+        self._consumers: dict[str, list[Operator]] = {}
+        for op in self.operators:
+            for name in op.inputs:
+                self._consumers.setdefault(name, []).append(op)
+        self._marks: dict[str, int] = {name: START for name in self.feeds}
+        for op in self.operators:
+            for name in op.outputs:
+                self._marks[name] = START
+        self._finished = False
+
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return tuple(self._marks)
+
+    def run(self, wanted: Iterable[str] | None = None) -> Iterator[Emit]:
+        """Drive the pipeline to the end, yielding batches of the ``wanted`` streams (all if None)."""
+        keep = set(self._marks) if wanted is None else set(wanted)
+        unknown = keep - set(self._marks)
+        if unknown:
+            msg = f"no stream named {sorted(unknown)}; this pipeline has {sorted(self._marks)}"
+            raise PipelineError(msg)
+        while not self._finished:
+            for name, batch in self.step():
+                if name in keep:
+                    yield name, batch
+
+    def step(self) -> list[Emit]:
+        """Pull one feed batch and advance; at the end, finish the operators. Returns every emit."""
+        live = [f for f in self.feeds.values() if f.watermark != DONE]
+        out: list[Emit] = []
+        if live:
+            feed = min(live, key=lambda f: f.watermark)
+            batch = feed.pull()
+            if batch is not None and not feed.time_column:
+                leader = self.feeds.get(feed.follows or "")
+                feed.watermark = DONE if leader is None else leader.watermark
+            self._marks[feed.name] = feed.watermark
+            if batch is not None:
+                out.append((feed.name, batch))
+                for op in self._consumers.get(feed.name, ()):
+                    op.push(feed.name, batch)
+            for op in self.operators:
+                mark = min((self._marks[name] for name in op.inputs), default=DONE)
+                self._route(op.advance(mark), out)
+                for name in op.outputs:
+                    self._marks[name] = mark
+            return out
+        for op in self.operators:
+            self._route(op.finish(), out)
+            for name in op.outputs:
+                self._marks[name] = DONE
+        self._finished = True
+        return out
+
+    def _route(self, emits: list[Emit], out: list[Emit]) -> None:
+        for name, batch in emits:
+            if batch.num_rows == 0:
+                continue
+            out.append((name, batch))
+            for consumer in self._consumers.get(name, ()):
+                consumer.push(name, batch)
+
+    def snapshot(self) -> bytes:
+        """Feed positions, watermarks and operator states, as one msgpack document."""
+        return msgspec.msgpack.encode(
+            {
+                "feeds": {name: [f.position(), f.watermark] for name, f in self.feeds.items()},
+                "marks": self._marks,
+                "operators": [op.snapshot() for op in self.operators],
+            }
+        )
+
+    def restore(self, blob: bytes) -> None:
+        """Restore operator states and watermarks; the builder already resumed the feeds."""
+        doc = msgspec.msgpack.decode(blob)
+        if len(doc["operators"]) != len(self.operators):
+            msg = "snapshot from a pipeline with other operators"
+            raise PipelineError(msg)
+        for op, state in zip(self.operators, doc["operators"], strict=True):
+            op.restore(state)
+        self._marks.update(doc["marks"])
+        for name, (_, mark) in doc["feeds"].items():
+            self.feeds[name].watermark = mark
+
+    @staticmethod
+    def feed_positions(blob: bytes) -> dict[str, Any]:
+        """The read position of each feed in a snapshot, for building resumed feeds."""
+        doc = msgspec.msgpack.decode(blob)
+        return {name: position for name, (position, _) in doc["feeds"].items()}
+
+
+def _topological(operators: Sequence[Operator], feeds: set[str]) -> list[Operator]:
+    """Operators ordered so each comes after the producers of its inputs."""
+    producer: dict[str, Operator] = {}
+    for op in operators:
+        for name in op.outputs:
+            if name in producer or name in feeds:
+                msg = f"stream {name!r} has two producers"
+                raise PipelineError(msg)
+            producer[name] = op
+    ordered: list[Operator] = []
+    placed: set[int] = set()
+    visiting: set[int] = set()
+
+    def visit(op: Operator) -> None:
+        if id(op) in placed:
+            return
+        if id(op) in visiting:
+            msg = f"cycle through {type(op).__name__}"
+            raise PipelineError(msg)
+        visiting.add(id(op))
+        for name in op.inputs:
+            if name in feeds:
+                continue
+            if name not in producer:
+                msg = f"{type(op).__name__} reads {name!r}, which no feed or operator produces"
+                raise PipelineError(msg)
+            visit(producer[name])
+        visiting.discard(id(op))
+        placed.add(id(op))
+        ordered.append(op)
+
+    for op in operators:
+        visit(op)
+    return ordered
+
+
+# -- operator state ------------------------------------------------------------------------------
+
+
+class _ArrayState(msgspec.Struct, array_like=True):
+    dtype: str
+    shape: list[int]
+    data: bytes
+
+
+def pack_state(state: Mapping[str, Any]) -> bytes:
+    """Encode named numpy arrays, Arrow batches and plain values (ints, strings, lists, dicts).
+
+    Keys are sorted and arrays are stored as (dtype, shape, C-order bytes), so equal states give
+    equal bytes.
+    """
+    return msgspec.msgpack.encode({key: _pack(value) for key, value in sorted(state.items())})
+
+
+def unpack_state(blob: bytes) -> dict[str, Any]:
+    """The inverse of :func:`pack_state`; arrays come back writable."""
+    return {key: _unpack(value) for key, value in msgspec.msgpack.decode(blob).items()}
+
+
+def _pack(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        array = np.ascontiguousarray(value)
+        return {"__ndarray__": _ArrayState(array.dtype.str, list(array.shape), array.tobytes())}
+    if isinstance(value, pa.RecordBatch | pa.Table):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, value.schema) as writer:
+            writer.write(value)
+        return {"__arrow__": sink.getvalue().to_pybytes()}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): _pack(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [_pack(v) for v in value]
+    return value
+
+
+def _unpack(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            dtype, shape, data = value["__ndarray__"]
+            return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape).copy()
+        if "__arrow__" in value:
+            return pa.ipc.open_stream(value["__arrow__"]).read_all()
+        return {k: _unpack(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unpack(v) for v in value]
+    return value

@@ -1,0 +1,300 @@
+"""The canonical tables: every operator writes, and every sink reads, these schemas.
+
+Conventions (DESIGN.md "Data flow"): times are int64 nanoseconds on the host monotonic clock
+(``*_ns``); sizes are bytes; strings that repeat are dictionary-encoded; ids are int64 unless a
+narrower type is what the raw record holds. A value that is absent is a null, never a sentinel,
+except where msprof itself prints the sentinel (``context_id`` 4294967295, ``model_id`` 4294967295),
+so sinks can reproduce it. Conversion to microseconds happens only in sinks.
+
+The ``tasks`` table has a variable tail: the PMU metric columns of the collection's
+``aic_metrics`` group (float64, msprof's metric names without units, e.g. ``aic_mac_ratio``), see
+:func:`tasks_schema`. Every other table is fixed here, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+
+DICT = pa.dictionary(pa.int32(), pa.string())
+I64 = pa.int64()
+I32 = pa.int32()
+F64 = pa.float64()
+
+#: msprof's "no context" / "no model" value (msprof_outputs.md §2.1, §4b)
+NO_ID = 4294967295
+
+
+def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
+    return pa.schema([pa.field(name, kind) for name, kind in fields])
+
+
+#: one row per device task after pairing and the host join (op_summary / kernel_details rows)
+TASKS_BASE = _schema(
+    ("device_id", I32),
+    ("stream_id", I32),  # logic stream id (after the stream-expand reconstruction)
+    ("task_id", I32),
+    ("batch_id", I32),  # task-id wraps (flip number)
+    ("context_id", I64),  # FFTS+ sub-task / MIX context; NO_ID when none
+    ("start_ns", I64),
+    ("end_ns", I64),
+    ("device_task_type", DICT),  # from the device log (e.g. AI_CORE, AI_CPU, SDMA)
+    ("host_task_type", DICT),  # task_track type (KERNEL_AICORE, KERNEL_AIVEC, MEMCPY_ASYNC, ...)
+    ("op_name", DICT),  # node_basic_info op name, else the kernel name; null when unknown
+    ("op_type", DICT),
+    ("task_type", DICT),  # GE task type: AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, MIX_AIV, HCCL, ...
+    ("op_state", DICT),  # static / dynamic
+    ("block_dim", I32),
+    ("mix_block_dim", I32),
+    ("hf32_eligible", DICT),  # YES / NO
+    ("input_shapes", DICT),  # msprof text form: tensors joined by ';', dims by ','
+    ("input_data_types", DICT),
+    ("input_formats", DICT),
+    ("output_shapes", DICT),
+    ("output_data_types", DICT),
+    ("output_formats", DICT),
+    ("model_id", I64),  # NO_ID when the task is not part of a model
+    ("connection_id", I64),  # links the host launch API (api.connection_id) to this task
+    ("launch_ns", I64),  # start of the launching API (flow start), null when unknown
+    ("launch_thread_id", I64),
+)
+
+
+def tasks_schema(metric_columns: Iterable[str] = ()) -> pa.Schema:
+    """``tasks`` with the PMU metric columns of one ``aic_metrics`` group appended (float64)."""
+    schema = TASKS_BASE
+    for name in metric_columns:
+        schema = schema.append(pa.field(name, F64))
+    return schema
+
+
+TABLES: Mapping[str, pa.Schema] = {
+    "tasks": TASKS_BASE,
+    # host API calls (CANN layer of the timeline, api_statistic)
+    "api": _schema(
+        ("level", DICT),  # acl, model, node, communication, runtime, ...
+        ("name", DICT),
+        ("struct_type", DICT),  # the resolved ``type`` (e.g. launch)
+        ("thread_id", I64),
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("item_id", I64),
+        ("request_id", I64),
+        ("connection_id", I64),
+    ),
+    # torch ops, task-queue enqueue/dequeue events (framework layer of trace_view.json)
+    "ops": _schema(
+        ("op_id", I64),  # position in start order; the op tree refers to it
+        ("parent_id", I64),  # enclosing op (op tree), null for a root
+        ("kind", DICT),  # cpu_op, enqueue, dequeue
+        ("name", DICT),
+        ("pid", I64),
+        ("tid", I64),
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("sequence_number", I64),
+        ("fwd_thread_id", I64),
+        ("correlation_id", I64),  # enqueue/dequeue
+        ("input_shapes", DICT),
+        ("input_dtypes", DICT),
+        ("call_stack", pa.string()),
+        ("module_hierarchy", pa.string()),
+    ),
+    # arrows between events: HostToDevice, async_npu (torch_to_npu), async_task_queue, fwdbwd
+    "flows": _schema(
+        ("kind", DICT),
+        ("flow_id", I64),
+        ("src_pid", I64),
+        ("src_tid", I64),
+        ("src_ns", I64),
+        ("dst_device_id", I32),  # null when the destination is on the host
+        ("dst_pid", I64),
+        ("dst_tid", I64),  # device tasks: stream id
+        ("dst_ns", I64),
+    ),
+    # HCCL operators (Communication layer, communication_statistic, overlap)
+    "comm": _schema(
+        ("device_id", I32),
+        ("op_name", DICT),
+        ("op_type", DICT),
+        ("group_name", DICT),
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("model_id", I64),
+        ("connection_id", I64),
+        ("rank_size", I64),
+        ("data_type", DICT),
+        ("alg_type", DICT),
+        ("count", I64),
+        ("relay", pa.bool_()),
+        ("retry", pa.bool_()),
+    ),
+    # HCCL tasks on the plane threads of the Communication layer
+    "comm_tasks": _schema(
+        ("device_id", I32),
+        ("op_name", DICT),
+        ("group_name", DICT),
+        ("plane_id", I64),
+        ("name", DICT),  # task type, e.g. Notify_Wait, Memcpy
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("stream_id", I32),
+        ("task_id", I32),
+        ("context_id", I64),
+        ("notify_id", I64),
+        ("src_rank", I64),
+        ("dst_rank", I64),
+        ("transport_type", DICT),
+        ("size_bytes", I64),
+        ("data_type", DICT),
+        ("link_type", DICT),
+        ("duration_estimated_us", F64),
+    ),
+    # operator memory (operator_memory.csv): PTA allocator blocks and GE/CANN operator memory
+    "memory": _schema(
+        ("device_id", I32),
+        ("source", DICT),  # PTA or GE
+        ("name", DICT),
+        ("size_bytes", I64),
+        ("alloc_ns", I64),  # null: the release was captured, the allocation was not
+        ("release_ns", I64),
+        ("active_release_ns", I64),
+        ("duration_ns", I64),
+        ("active_duration_ns", I64),
+        ("alloc_total_allocated", I64),
+        ("alloc_total_reserved", I64),
+        ("alloc_total_active", I64),
+        ("release_total_allocated", I64),
+        ("release_total_reserved", I64),
+        ("release_total_active", I64),
+        ("stream_ptr", I64),
+        ("device_type", DICT),  # NPU:<id>
+    ),
+    # allocator totals over time (memory_record.csv)
+    "memory_record": _schema(
+        ("device_id", I32),
+        ("component", DICT),  # APP, PTA, GE, PTA+GE, WORKSPACE
+        ("time_ns", I64),
+        ("total_allocated", I64),
+        ("total_reserved", I64),
+        ("total_active", I64),
+        ("stream_ptr", I64),
+        ("device_type", DICT),
+    ),
+    # npu_mem samples (NPU MEM layer, npu_mem csv)
+    "npu_mem": _schema(
+        ("device_id", I32),
+        ("event", DICT),  # APP or Device
+        ("time_ns", I64),
+        ("ddr_bytes", I64),
+        ("hbm_bytes", I64),
+    ),
+    "npu_module_mem": _schema(
+        ("device_id", I32),
+        ("component", DICT),
+        ("time_ns", I64),
+        ("total_reserved_bytes", I64),  # null: only the release was captured (-1 in msprof)
+    ),
+    # iterations (step_trace csv) and framework steps (ProfilerStep#)
+    "steps": _schema(
+        ("device_id", I32),
+        ("kind", DICT),  # model (ts_track tags 0..4), step (tags 60000/60001), framework (ProfilerStep#)
+        ("model_id", I64),
+        ("iteration_id", I64),  # index id within the model, from 1; framework: the step number
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("fp_ns", I64),
+        ("bp_ns", I64),
+        ("data_aug_ns", I64),  # Data Aug Bound
+        ("reduce_start_ns", pa.list_(I64)),
+        ("reduce_end_ns", pa.list_(I64)),
+        ("host_start_ns", I64),  # framework steps: the ProfilerStep op
+        ("host_end_ns", I64),
+    ),
+    # Overlap Analysis intervals per device
+    "overlap": _schema(
+        ("device_id", I32),
+        ("kind", DICT),  # Computing, Communication, Communication(Not Overlapped), Free
+        ("start_ns", I64),
+        ("end_ns", I64),
+    ),
+    # per-step overlap sums (step_trace_time.csv)
+    "step_time": _schema(
+        ("device_id", I32),
+        ("step", I64),
+        ("computing_ns", I64),
+        ("communication_not_overlapped_ns", I64),
+        ("overlapped_ns", I64),
+        ("communication_ns", I64),
+        ("free_ns", I64),
+        ("stage_ns", I64),
+        ("bubble_ns", I64),
+        ("communication_not_overlapped_exclude_receive_ns", I64),
+        ("preparing_ns", I64),
+    ),
+    "op_statistic": _schema(
+        ("device_id", I32),
+        ("model_name", DICT),  # graph export only
+        ("op_type", DICT),
+        ("core_type", DICT),
+        ("count", I64),
+        ("total_ns", I64),
+        ("min_ns", I64),
+        ("avg_ns", F64),
+        ("max_ns", I64),
+        ("ratio", F64),  # percent
+    ),
+    "api_statistic": _schema(
+        ("level", DICT),
+        ("name", DICT),
+        ("total_us", F64),  # msprof rounds each duration to 3 decimals of a microsecond first
+        ("count", I64),
+        ("avg_us", F64),
+        ("min_us", F64),
+        ("max_us", F64),
+        ("variance", F64),
+    ),
+    "comm_statistic": _schema(
+        ("device_id", I32),
+        ("op_type", DICT),
+        ("count", I64),
+        ("total_ns", I64),
+        ("min_ns", I64),
+        ("avg_ns", F64),
+        ("max_ns", I64),
+        ("ratio", F64),
+    ),
+}
+
+#: the column each table is ordered and watermarked by
+TIME_COLUMN: Mapping[str, str] = {
+    name: next(c for c in ("start_ns", "time_ns", "alloc_ns", "src_ns") if c in schema.names)
+    for name, schema in TABLES.items()
+    if any(c in schema.names for c in ("start_ns", "time_ns", "alloc_ns", "src_ns"))
+}
+
+
+def conform(schema: pa.Schema, columns: Mapping[str, pa.Array | object]) -> pa.RecordBatch:
+    """A batch of ``schema`` from named columns; a missing column is all null, strings are encoded.
+
+    Raises ``KeyError`` for a column the schema does not have, so a typo cannot vanish silently.
+    """
+    extra = set(columns) - set(schema.names)
+    if extra:
+        msg = f"columns not in the schema: {sorted(extra)}"
+        raise KeyError(msg)
+    length = next((len(v) for v in columns.values() if hasattr(v, "__len__")), 0)
+    arrays = []
+    for field in schema:
+        value = columns.get(field.name)
+        if value is None:
+            arrays.append(pa.nulls(length, field.type))
+            continue
+        array = value if isinstance(value, pa.Array | pa.ChunkedArray) else pa.array(value)
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        if array.type != field.type:
+            array = array.cast(field.type)
+        arrays.append(array)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
