@@ -61,12 +61,33 @@ TASKS_BASE = _schema(
 )
 
 
-def tasks_schema(metric_columns: Iterable[str] = ()) -> pa.Schema:
-    """``tasks`` with the PMU metric columns of one ``aic_metrics`` group appended (float64)."""
-    schema = TASKS_BASE
+#: the intermediate stream between device-log pairing and the host join: device side only
+DEVICE_TASKS_BASE = _schema(
+    ("device_id", I32),
+    ("stream_id", I32),
+    ("task_id", I32),
+    ("batch_id", I32),
+    ("context_id", I64),
+    ("start_ns", I64),
+    ("end_ns", I64),
+    ("device_task_type", DICT),
+)
+
+
+def _with_metrics(schema: pa.Schema, metric_columns: Iterable[str]) -> pa.Schema:
     for name in metric_columns:
         schema = schema.append(pa.field(name, F64))
     return schema
+
+
+def tasks_schema(metric_columns: Iterable[str] = ()) -> pa.Schema:
+    """``tasks`` with the PMU metric columns of one ``aic_metrics`` group appended (float64)."""
+    return _with_metrics(TASKS_BASE, metric_columns)
+
+
+def device_tasks_schema(metric_columns: Iterable[str] = ()) -> pa.Schema:
+    """``device_tasks`` (paired device logs, PMU metrics joined) with its metric columns."""
+    return _with_metrics(DEVICE_TASKS_BASE, metric_columns)
 
 
 TABLES: Mapping[str, pa.Schema] = {
