@@ -43,10 +43,11 @@ def du_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
 
-def run(argv: list[str]) -> tuple[float, float]:
-    """Run one CLI command in a child process; return (wall seconds, that child's peak RSS in MB)."""
+def run(argv: list[str], module: list[str] | None = None) -> tuple[float, float]:
+    """Run one CLI command (or ``module`` script) in a child process; return (wall s, its peak RSS MB)."""
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "profstream", *argv], stdout=subprocess.DEVNULL)
+    command = module or ["-m", "profstream"]
+    child = subprocess.Popen([sys.executable, *command, *argv], stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -56,9 +57,23 @@ def run(argv: list[str]) -> tuple[float, float]:
 
 
 def simulated(work: Path, chip: str, size_mb: int) -> Path:
+    """A simulated torch_npu run of about ``size_mb`` of raw data (made once per scratch dir)."""
     out = work / f"sim-{chip}-{size_mb}MB"
     if not out.exists():
-        run(["simulate", str(out), "--chip", chip, "--size", str(size_mb), "--seed", "1"])
+        run(
+            [
+                "simulate",
+                str(out),
+                "--chip",
+                chip,
+                "--size",
+                str(size_mb),
+                "--seed",
+                "1",
+                "--framework",
+                "torch_npu",
+            ]
+        )
     return out
 
 
@@ -82,9 +97,24 @@ def scenario_inspect(chip: str, size_mb: int) -> Callable[[Path], Result]:
     return go
 
 
+def scenario_tables(chip: str, size_mb: int) -> Callable[[Path], Result]:
+    def go(work: Path) -> Result:
+        src = simulated(work, chip, size_mb)
+        script = str(Path(__file__).with_name("operator_stage.py"))
+        wall, rss = run([str(src)], module=[script])
+        command = f"python bench/operator_stage.py {src}"
+        return Result(f"all tables {chip} {size_mb} MB", command, wall, rss, du_mb(src))
+
+    return go
+
+
 SCENARIOS: dict[str, Callable[[Path], Result]] = {
     f"{kind}-{chip}-{size}MB": factory(chip, size)
-    for kind, factory in (("simulate", scenario_simulate), ("inspect", scenario_inspect))
+    for kind, factory in (
+        ("simulate", scenario_simulate),
+        ("inspect", scenario_inspect),
+        ("tables", scenario_tables),
+    )
     for chip in ("910A", "910B")
     for size in (100, 1024, 5120, 10240)
 }

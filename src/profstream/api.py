@@ -9,7 +9,7 @@ prints, errors are exceptions from :mod:`profstream.errors`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -164,6 +164,50 @@ class Profile:
                 yield from reader
 
         return pa.RecordBatchReader.from_batches(_schema_of(streams[0]), batches())
+
+    def table(self, name: str, *, devices: Sequence[int] | None = None) -> pa.RecordBatchReader:
+        """A canonical table (engine/schema.py) of every collection, computed as it is read.
+
+        Device tables (``tasks``, ``steps``, ``overlap``, ...) cover ``devices`` (all when None);
+        batches arrive per collection in pipeline order. See :mod:`profstream.engine.plan` for
+        which records each table comes from.
+        """
+        from profstream.engine.plan import Planner
+        from profstream.engine.schema import TABLES, conform, tasks_schema
+
+        planners = [
+            Planner(
+                c,
+                devices=self._devices_in(c, devices),
+                on_invalid=self.on_invalid,
+                chunk_bytes=self.chunk_bytes,
+            )
+            for c in self.collections
+        ]
+        planners[0].streams([name])  # refuses an unknown table name before anything is read
+        schema = TABLES[name]
+        if name == "tasks":
+            metrics = next((p.metric_columns(d) for p in planners for d in p.devices), [])
+            schema = tasks_schema(metrics)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for planner in planners:
+                pipeline, streams = planner.pipeline([name])
+                for _, batch in pipeline.run(streams):
+                    yield (
+                        batch
+                        if batch.schema == schema
+                        else conform(schema, dict(zip(batch.schema.names, batch.columns, strict=True)))
+                    )
+
+        return pa.RecordBatchReader.from_batches(schema, batches())
+
+    @staticmethod
+    def _devices_in(collection: discovery.Profile, devices: Sequence[int] | None) -> list[int] | None:
+        if devices is None:
+            return None
+        present = {d.device_id for d in collection.devices}
+        return [d for d in devices if d in present]
 
     def inspect(self) -> InspectReport:
         """Decode every stream once and report counts, losses and time ranges."""

@@ -17,6 +17,7 @@ import structlog
 FILE_IGNORED: Final = "file_ignored"  # an unknown file name in a data dir (logged once per name)
 RECORDS_DROPPED: Final = "records_dropped"  # invalid records skipped under the skip policy
 RECORDS_LOST: Final = "records_lost"  # gaps in a record family's rolling counter
+RECORDS_UNMATCHED: Final = "records_unmatched"  # records an operator could not pair or join
 TRUNCATED_TAIL: Final = "truncated_tail"  # a stream ends in a partial record
 LEADING_BYTES_DROPPED: Final = "leading_bytes_dropped"  # aged stream starts mid-record
 BATCH_DECODED: Final = "batch_decoded"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -309,3 +310,61 @@ def test_bad_chunk_size(tmp_path: Path) -> None:
     """A chunk size below one byte is refused."""
     with pytest.raises(ValueError, match="chunk_size"):
         StreamReader(_stream(tmp_path), chunk_size=0)
+
+
+#: HWTS as if its batches could view their input: read through the memory-mapped path.
+HWTS_MAPPED = replace(HWTS, views_input=True)
+
+
+@pytest.mark.parametrize("codec", [HWTS, HWTS_MAPPED], ids=["read", "mapped"])
+@pytest.mark.parametrize("chunk", [1, 64, 100, 1000, 8 * 1024 * 1024])
+def test_read_and_mapped_paths_agree(tmp_path: Path, codec: Codec, chunk: int) -> None:
+    """Windows read across slices and windows mapped per slice give the same records and counts.
+
+    The stream is aged (first slice 3) and starts 5 bytes into a record, and its slices end mid-record.
+    """
+    raw = hwts_records(30)
+    _write_slices(tmp_path, split(raw[5:], [100, 700, 1000, 1001]), [3, 4, 5, 9, 10])
+    reader = StreamReader(_stream(tmp_path, codec), chunk_size=chunk)
+    batches = list(reader)
+    assert _tasks(batches) == list(range(1, 30))
+    assert (reader.stats.records, reader.stats.leading_bytes_dropped, reader.stats.lost) == (29, 59, 0)
+    assert reader.stats.bytes_read == len(raw) - 5
+    assert reader.offsets().carry == b""
+
+
+def test_read_path_windows_span_slices(tmp_path: Path) -> None:
+    """The read path fills each window across slice ends: one batch per chunk of records, not per slice."""
+    assert not HWTS.views_input
+    _write_slices(tmp_path, split(hwts_records(30), [650, 1300]), [0, 1, 2])
+    reader = StreamReader(_stream(tmp_path), chunk_size=16 * 64)
+    assert [b.num_rows for b in reader] == [16, 14]
+    mapped = StreamReader(_stream(tmp_path, HWTS_MAPPED), chunk_size=16 * 64)
+    assert [b.num_rows for b in mapped] == [10, 10, 10]
+
+
+def test_decode_error_in_a_window_spanning_slices(tmp_path: Path) -> None:
+    """A bad record in a window that began in an earlier slice is reported in its own slice."""
+    raw = bytearray(hwts_records(20))
+    raw[15 * 64 + 2] = 0  # record 15 (bytes 960-1023) lies in slice_1 = stream bytes 650-1279
+    _write_slices(tmp_path, split(bytes(raw), [650]), [0, 1])
+    with pytest.raises(DecodeError) as info:
+        list(StreamReader(_stream(tmp_path), chunk_size=1024 * 64))
+    err = info.value
+    assert err.path is not None
+    assert err.path.endswith("hwts.data.0.slice_1")
+    assert (err.offset, err.record_index) == (15 * 64 - 650, 15)
+
+
+def test_read_path_tail_mode_resume_across_slices(tmp_path: Path) -> None:
+    """Tail mode on the read path: polls emit whole records only, and a resumed reader continues exactly."""
+    raw = hwts_records(12)
+    _write_slices(tmp_path, [raw[:300]], [0])
+    reader = StreamReader(_stream(tmp_path), follow=True, chunk_size=4 * 64)
+    assert _tasks(reader.poll()) == [0, 1, 2, 3]
+    state = reader.offsets()
+    assert state.carry == raw[256:300]
+    _write_slices(tmp_path, [raw[300:700], raw[700:]], [1, 2])
+    resumed = StreamReader(_stream(tmp_path), follow=True, chunk_size=4 * 64, resume=state)
+    assert _tasks(resumed.poll() + resumed.finish()) == list(range(4, 12))
+    assert resumed.stats.truncated_tails == 0

@@ -23,22 +23,75 @@ Task ids are returned as uint32 for every rule, so that V6 and non-V6 batches
 share one schema; stream ids are uint16. When ``traits.platform`` is unknown
 the STARS rules are used: every STARS-family file implies a STARS chip, and for
 stream ids below 0x1000 they agree with the ``% 2048`` rule anyway.
+
+The rules are written once, for one record (:func:`true_ids`), so the codecs'
+single-pass kernels inline them; :func:`reconstruct_ids` applies them to arrays.
+numba's cache does not see a change to :func:`true_ids` from the modules that
+inline it: after editing it, delete ``codecs/__pycache__/*.nbi`` and ``*.nbc``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
+from profstream._numba import inline, kernel
 from profstream.codecs._base import STARS_PLATFORMS, StreamTraits
 
-U32 = npt.NDArray[np.uint32]
 StreamIds = npt.NDArray[np.uint16]
 TaskIds = npt.NDArray[np.uint32]
 
 STREAM_ID_MODULUS = 2048
 #: SQE types whose ids are never packed when stream expand is on.
 PLACE_HOLDER_SQE, EVENT_RECORD_SQE = 3, 4
+#: which rule of the module docstring applies (see :func:`id_rule`).
+LEGACY, PACKED, EXPANDED, UNIQUE = range(4)
+
+
+def id_rule(traits: StreamTraits) -> int:
+    """The id rule of a collection with ``traits``: LEGACY, PACKED, EXPANDED or UNIQUE."""
+    if traits.is_v6:
+        return UNIQUE
+    if traits.platform is not None and traits.platform not in STARS_PLATFORMS:
+        return LEGACY
+    return EXPANDED if traits.stream_expand else PACKED
+
+
+@inline
+def true_ids(stream: int, task: int, sqe_type: int, rule: int) -> tuple[int, int]:
+    """``(stream_id, task_id)`` of one record's raw ids under ``rule``.
+
+    The caller stores the stream as uint16 and the task as uint32, which truncates the
+    UNIQUE rule's values exactly as the array form does.
+    """
+    if rule == UNIQUE:
+        return stream, (task << 16) | stream
+    if rule == LEGACY:
+        return stream % STREAM_ID_MODULUS, task
+    if rule == EXPANDED:
+        if stream & 0x8000 and sqe_type not in (PLACE_HOLDER_SQE, EVENT_RECORD_SQE):
+            return task & 0x7FFF, (task & 0x8000) | (stream & 0x7FFF)
+        return stream & 0x7FFF, task
+    # PACKED: selects rather than branches, as the flag bits vary record by record
+    high = (task & 0x1FFF) | (stream & 0xE000)
+    swapped = (stream & 0x2000) != 0 and (stream & 0x1000) == 0
+    low = (stream & 0x0FFF) | (task & 0xF000) if swapped else task
+    return (task & 0x0FFF if swapped else stream) % STREAM_ID_MODULUS, high if stream & 0x1000 else low
+
+
+@kernel
+def _apply(  # noqa: PLR0917 (numba kernels take their arrays positionally)
+    stream: npt.NDArray[np.int64],
+    task: npt.NDArray[np.int64],
+    sqe_type: npt.NDArray[np.int64],
+    rule: int,
+    stream_out: StreamIds,
+    task_out: TaskIds,
+) -> None:
+    for i in range(len(stream)):
+        stream_out[i], task_out[i] = true_ids(stream[i], task[i], sqe_type[i], rule)
 
 
 def legacy_stream_id(stream_raw: npt.ArrayLike) -> StreamIds:
@@ -48,9 +101,7 @@ def legacy_stream_id(stream_raw: npt.ArrayLike) -> StreamIds:
 
 def unique_ids(stream_raw: npt.ArrayLike, task_raw: npt.ArrayLike) -> tuple[StreamIds, TaskIds]:
     """Chip V6 ids: the stream as is, the task as ``(task << 16) | stream``."""
-    stream = np.asarray(stream_raw).astype(np.uint32)
-    task = np.asarray(task_raw).astype(np.uint32)
-    return stream.astype(np.uint16), (task << np.uint32(16)) | stream
+    return _ids(stream_raw, task_raw, None, UNIQUE)
 
 
 def reconstruct_ids(
@@ -64,32 +115,21 @@ def reconstruct_ids(
     ``sqe_type`` (the record's SQE type, header bits 10-15) only matters when
     stream expand is on; ``None`` means SQE type 0, as the PMU parsers use.
     """
-    if traits.is_v6:
-        return unique_ids(stream_raw, task_raw)
-    stream = np.asarray(stream_raw).astype(np.uint32)
-    task = np.asarray(task_raw).astype(np.uint32)
-    if traits.platform is not None and traits.platform not in STARS_PLATFORMS:
-        return legacy_stream_id(stream), task
-    if traits.stream_expand:
-        return _expanded(stream, task, sqe_type)
-    return _packed(stream, task)
+    return _ids(stream_raw, task_raw, sqe_type, id_rule(traits))
 
 
-def _packed(stream: U32, task: U32) -> tuple[StreamIds, TaskIds]:
-    """Stream expand off: the 0x1000 / 0x2000 flag rules."""
-    bit12 = (stream & 0x1000) != 0
-    bit13 = ~bit12 & ((stream & 0x2000) != 0)
-    new_task = np.where(bit12, (task & 0x1FFF) | (stream & 0xE000), task)
-    new_task = np.where(bit13, (stream & 0x0FFF) | (task & 0xF000), new_task)
-    new_stream = np.where(bit13, task & 0x0FFF, stream)
-    return legacy_stream_id(new_stream), new_task.astype(np.uint32)
+def _ids(
+    stream_raw: npt.ArrayLike, task_raw: npt.ArrayLike, sqe_type: npt.ArrayLike | None, rule: int
+) -> tuple[StreamIds, TaskIds]:
+    stream = _int64(stream_raw)
+    count = len(stream)
+    sqe = np.zeros(count, np.int64) if sqe_type is None else _int64(sqe_type)
+    stream_out, task_out = np.empty(count, np.uint16), np.empty(count, np.uint32)
+    _apply(stream, _int64(task_raw), sqe, rule, stream_out, task_out)
+    return stream_out, task_out
 
 
-def _expanded(stream: U32, task: U32, sqe_type: npt.ArrayLike | None) -> tuple[StreamIds, TaskIds]:
-    """Stream expand on: the 0x8000 rule, SQE types 3 and 4 exempt."""
-    swapped = (stream & 0x8000) != 0
-    if sqe_type is not None:
-        swapped &= ~np.isin(np.asarray(sqe_type), (PLACE_HOLDER_SQE, EVENT_RECORD_SQE))
-    new_stream = np.where(swapped, task & 0x7FFF, stream & 0x7FFF)
-    new_task = np.where(swapped, (task & 0x8000) | (stream & 0x7FFF), task)
-    return new_stream.astype(np.uint16), new_task.astype(np.uint32)
+def _int64(values: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Raw ids as one contiguous int64 array, so the kernel is compiled for one type only."""
+    array: npt.NDArray[Any] = np.ascontiguousarray(values, dtype=np.int64)
+    return array

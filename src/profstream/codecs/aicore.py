@@ -31,6 +31,9 @@ buffer's whole records are consumed but not returned, and they are reported
 in ``Decoded.dropped`` (so nothing is dropped silently). The ffts_profile
 sample form on STARS chips is the same record (``ffts_profile`` imports the
 sample codec from here).
+
+Task-based records are decoded in one numba pass (:func:`_unpack_task`) that
+writes every output column; sample records are few and stay numpy.
 """
 
 from __future__ import annotations
@@ -43,20 +46,26 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from profstream._numba import kernel
 from profstream.codecs._base import (
+    U8,
+    U16,
     ByteBuffer,
     Codec,
+    ColumnSet,
     DecodeContext,
     Decoded,
     StreamTraits,
+    Words,
     as_records,
     batch,
     column,
     named_patterns,
     packed_dtype,
+    record_words,
     row_count,
 )
-from profstream.codecs._ids import legacy_stream_id
+from profstream.codecs._ids import STREAM_ID_MODULUS
 
 Patterns = tuple[re.Pattern[str], ...]
 
@@ -115,18 +124,44 @@ def _fields(records: npt.NDArray[Any]) -> dict[str, npt.NDArray[Any]]:
     return {name: records[name] for name in names if not name.startswith("_")}
 
 
-def _decode_task(buf: ByteBuffer, ctx: DecodeContext, *, dtype: np.dtype[Any]) -> Decoded:
-    records, consumed = as_records(buf, dtype)
-    out = batch(
-        {
-            "cnt": records["head"] >> np.uint8(4),
-            "stream_id": legacy_stream_id(records["stream_id"]),
-            "task_id": records["task_id"],
-            "total_cycle": records["total_cycle"],
-            **{name: records[name] for name in pmu_names(8)},
-        }
+def _task_columns(dtype: np.dtype[Any]) -> ColumnSet:
+    """The output columns of task-based records of ``dtype`` (its counters' signedness)."""
+    counter = dtype["total_cycle"]
+    return ColumnSet.of(
+        cnt=np.uint8,
+        stream_id=np.uint16,
+        task_id=np.uint16,
+        total_cycle=counter,
+        **dict.fromkeys(pmu_names(8), counter),
     )
-    return Decoded(out, consumed)
+
+
+def _decode_task(buf: ByteBuffer, ctx: DecodeContext, *, columns: ColumnSet) -> Decoded:
+    words, consumed = record_words(buf, RECORD_SIZE)
+    arrays = columns.empty(len(words))
+    if len(words):
+        _unpack_task(words, *arrays)
+    return Decoded(columns.batch(arrays, len(words)), consumed)
+
+
+@kernel
+def _unpack_task(
+    words: Words,
+    cnt: U8,
+    stream_id: U16,
+    task_id: U16,
+    total_cycle: npt.NDArray[np.integer[Any]],
+    *pmu: npt.NDArray[np.integer[Any]],
+) -> None:
+    """Fill the columns from 128-byte task-based records (16 words each)."""
+    for i in range(len(words)):
+        head = words[i, 0]  # byte 0 head, u16 task id at 6
+        cnt[i] = (head >> 4) & 0x0F
+        task_id[i] = head >> 48
+        total_cycle[i] = words[i, 2]
+        for k in range(len(pmu)):
+            pmu[k][i] = words[i, 4 + k]
+        stream_id[i] = (words[i, 12] & 0xFFFFFFFF) % STREAM_ID_MODULUS
 
 
 def _encode_task(columns: Mapping[str, Any], *, dtype: np.dtype[Any]) -> bytes:
@@ -177,10 +212,11 @@ def _task_codec(family: str, patterns: Patterns, dtype: np.dtype[Any], what: str
         family=family,
         side="device",
         patterns=patterns,
-        decode=partial(_decode_task, dtype=dtype),
+        decode=partial(_decode_task, columns=_task_columns(dtype)),
         encode=partial(_encode_task, dtype=dtype),
         record_size=RECORD_SIZE,
         counter="cnt",
+        views_input=False,
         applies=lambda traits: not traits.sample_based,
         description=f"{what} PMU counters per task (task-based)",
     )

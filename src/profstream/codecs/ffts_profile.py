@@ -43,6 +43,9 @@ sample-based) write the 96-byte (V6: 112-byte) sample record of §2.3 into
 ``ffts_profile_sample`` / ``ffts_profile_sample_v6`` reuse the sample codec of
 ``aicore``. Splitting those rows into AIC and AIV by core id is left to the
 operators.
+
+Both record forms are decoded in one numba pass each (:func:`_unpack`,
+:func:`_unpack_v6`) that reconstructs the ids and writes every output column.
 """
 
 from __future__ import annotations
@@ -52,21 +55,27 @@ from typing import Any
 
 import numpy as np
 
+from profstream._numba import kernel
 from profstream.codecs._base import (
+    U8,
+    U16,
+    U32,
+    U64,
     ByteBuffer,
     Codec,
+    ColumnSet,
     DecodeContext,
     Decoded,
-    as_records,
-    batch,
+    Words,
     column,
     named_patterns,
     packed_dtype,
+    record_words,
     row_count,
 )
-from profstream.codecs._ids import reconstruct_ids, unique_ids
+from profstream.codecs._ids import UNIQUE, id_rule, true_ids
 from profstream.codecs.aicore import pmu_names, sample_codec
-from profstream.codecs.stars_soc import join_header, split_header
+from profstream.codecs.stars_soc import join_header
 
 RECORD_SIZE = 128
 PMU = pmu_names(8)
@@ -115,37 +124,102 @@ DTYPE_V6 = packed_dtype(
 )
 
 
+_ID_COLUMNS = {
+    "func_type": np.uint8,
+    "cnt": np.uint8,
+    "stream_raw": np.uint16,
+    "task_raw": np.uint16,
+    "stream_id": np.uint16,
+    "task_id": np.uint32,
+}
+_TIME_COLUMNS = {"start_syscnt": np.uint64, "end_syscnt": np.uint64}
+COLUMNS = ColumnSet.of(
+    **_ID_COLUMNS,
+    subtask_type=np.uint8,
+    subtask_id=np.uint16,
+    ffts_type=np.uint8,
+    ov_flag=np.uint8,
+    core_type=np.uint8,
+    core_id=np.uint8,
+    sub_block_id=np.uint16,
+    block_id=np.uint16,
+    total_cycle=np.uint64,
+    **dict.fromkeys(PMU, np.uint64),
+    **_TIME_COLUMNS,
+)
+COLUMNS_V6 = ColumnSet.of(
+    **_ID_COLUMNS,
+    ctx_type=np.uint8,
+    mst=np.uint8,
+    mix=np.uint8,
+    ov_flag=np.uint8,
+    core_type=np.uint8,
+    core_id=np.uint8,
+    sub_block_id=np.uint16,
+    block_id=np.uint16,
+    total_cycle=np.uint64,
+    **dict.fromkeys(PMU_V6, np.uint64),
+    **_TIME_COLUMNS,
+)
+
+
 def decode(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
-    records, consumed = as_records(buf, DTYPE)
-    func_type, cnt, _ = split_header(records["header"])
-    stream_id, task_id = reconstruct_ids(records["stream"], records["task"], ctx.traits)
-    context = func_type == CONTEXT_PMU
-    block = func_type == BLOCK_PMU
-    w16, core = records["w16"], records["core"]
-    # multiplying by a boolean mask keeps the dtype and zeroes the rows it does not apply to
-    out = batch(
-        {
-            "func_type": func_type,
-            "cnt": cnt,
-            "stream_raw": records["stream"],
-            "task_raw": records["task"],
-            "stream_id": stream_id,
-            "task_id": task_id,
-            "subtask_type": (w16 & 0xFF).astype(np.uint8),
-            "subtask_id": records["subtask_id"],
-            "ffts_type": records["ffts"] >> np.uint8(5),
-            "ov_flag": ((w16 >> 10) & 1).astype(np.uint8) * context,
-            "core_type": (core & np.uint8(1)) * block,
-            "core_id": (core >> np.uint8(1)) * block,
-            "sub_block_id": records["sub_block_id"] * block,
-            "block_id": records["block_id"] * block,
-            "total_cycle": records["total_cycle"],
-            **{name: records[name] for name in PMU},
-            "start_syscnt": records["start_syscnt"],
-            "end_syscnt": records["end_syscnt"],
-        }
-    )
-    return Decoded(out, consumed)
+    words, consumed = record_words(buf, RECORD_SIZE)
+    columns = COLUMNS.empty(len(words))
+    if len(words):
+        _unpack(words, id_rule(ctx.traits), *columns)
+    return Decoded(COLUMNS.batch(columns, len(words)), consumed)
+
+
+@kernel
+def _unpack(  # noqa: PLR0917 (numba kernels take their arrays positionally)
+    words: Words,
+    rule: int,
+    func_type: U8,
+    cnt: U8,
+    stream_raw: U16,
+    task_raw: U16,
+    stream_id: U16,
+    task_id: U32,
+    subtask_type: U8,
+    subtask_id: U16,
+    ffts_type: U8,
+    ov_flag: U8,
+    core_type: U8,
+    core_id: U8,
+    sub_block_id: U16,
+    block_id: U16,
+    total_cycle: U64,
+    *pmu_and_times: U64,
+) -> None:
+    """Fill the columns from non-V6 records: PMU counters at words 6-13, start/end at 14-15.
+
+    Fields of only one record type are zeroed by multiplying with 0/1 flags, not by
+    branching (context and block records alternate).
+    """
+    for i in range(len(words)):
+        head = words[i, 0]  # header, reserved, raw stream, raw task
+        func = head & 0x3F
+        stream, task = (head >> 32) & 0xFFFF, (head >> 48) & 0xFFFF
+        context, block = np.int64(func == CONTEXT_PMU), np.int64(func == BLOCK_PMU)
+        body = words[i, 2]  # u16 at 16, subtask id at 18, core byte at 20, ffts byte at 21
+        ids = words[i, 3]  # sub_block_id at 28, block_id at 30
+        func_type[i] = func
+        cnt[i] = (head >> 6) & 0x0F
+        stream_raw[i] = stream
+        task_raw[i] = task
+        stream_id[i], task_id[i] = true_ids(stream, task, 0, rule)
+        subtask_type[i] = body
+        subtask_id[i] = body >> 16
+        ffts_type[i] = (body >> 45) & 0x07
+        ov_flag[i] = ((body >> 10) & 1) * context
+        core_type[i] = ((body >> 32) & 1) * block
+        core_id[i] = ((body >> 33) & 0x7F) * block
+        sub_block_id[i] = ((ids >> 32) & 0xFFFF) * block
+        block_id[i] = ((ids >> 48) & 0xFFFF) * block
+        total_cycle[i] = words[i, 4]
+        for k in range(len(pmu_and_times)):
+            pmu_and_times[k][i] = words[i, 6 + k]
 
 
 def encode(columns: Mapping[str, Any]) -> bytes:
@@ -167,33 +241,55 @@ def encode(columns: Mapping[str, Any]) -> bytes:
 
 
 def decode_v6(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
-    records, consumed = as_records(buf, DTYPE_V6)
-    func_type, cnt, _ = split_header(records["header"])
-    stream_id, task_id = unique_ids(records["stream"], records["task"])
-    flags = records["flags"]
-    out = batch(
-        {
-            "func_type": func_type,
-            "cnt": cnt,
-            "stream_raw": records["stream"],
-            "task_raw": records["task"],
-            "stream_id": stream_id,
-            "task_id": task_id,
-            "ctx_type": records["ctx_type"],
-            "mst": flags & np.uint8(1),
-            "mix": (flags >> np.uint8(1)) & np.uint8(1),
-            "ov_flag": (flags >> np.uint8(2)) & np.uint8(1),
-            "core_type": records["core_type"] & np.uint8(1),
-            "core_id": records["core_id"],
-            "sub_block_id": records["sub_block_id"],
-            "block_id": records["block_id"],
-            "total_cycle": records["total_cycle"],
-            **{name: records[name] for name in PMU_V6},
-            "start_syscnt": records["start_syscnt"],
-            "end_syscnt": records["end_syscnt"],
-        }
-    )
-    return Decoded(out, consumed)
+    words, consumed = record_words(buf, RECORD_SIZE)
+    columns = COLUMNS_V6.empty(len(words))
+    if len(words):
+        _unpack_v6(words, *columns)
+    return Decoded(COLUMNS_V6.batch(columns, len(words)), consumed)
+
+
+@kernel
+def _unpack_v6(  # noqa: PLR0917 (numba kernels take their arrays positionally)
+    words: Words,
+    func_type: U8,
+    cnt: U8,
+    stream_raw: U16,
+    task_raw: U16,
+    stream_id: U16,
+    task_id: U32,
+    ctx_type: U8,
+    mst: U8,
+    mix: U8,
+    ov_flag: U8,
+    core_type: U8,
+    core_id: U8,
+    sub_block_id: U16,
+    block_id: U16,
+    total_cycle: U64,
+    *pmu_and_times: U64,
+) -> None:
+    """Fill the columns from V6 records: PMU counters at words 4-13, start/end at 14-15."""
+    for i in range(len(words)):
+        head = words[i, 0]  # header, reserved, raw stream, raw task
+        stream, task = (head >> 32) & 0xFFFF, (head >> 48) & 0xFFFF
+        body = words[i, 2]  # ctx_type at 16, flags at 17, core_type at 20, core_id at 21
+        ids = words[i, 3]  # sub_block_id at 24, block_id at 26
+        func_type[i] = head & 0x3F
+        cnt[i] = (head >> 6) & 0x0F
+        stream_raw[i] = stream
+        task_raw[i] = task
+        stream_id[i], task_id[i] = true_ids(stream, task, 0, UNIQUE)
+        ctx_type[i] = body
+        mst[i] = (body >> 8) & 1
+        mix[i] = (body >> 9) & 1
+        ov_flag[i] = (body >> 10) & 1
+        core_type[i] = (body >> 32) & 1
+        core_id[i] = body >> 40
+        sub_block_id[i] = ids
+        block_id[i] = ids >> 16
+        total_cycle[i] = words[i, 1]
+        for k in range(len(pmu_and_times)):
+            pmu_and_times[k][i] = words[i, 4 + k]
 
 
 def encode_v6(columns: Mapping[str, Any]) -> bytes:
@@ -232,6 +328,7 @@ FFTS_PROFILE = Codec(
     encode=encode,
     record_size=RECORD_SIZE,
     counter="cnt",
+    views_input=False,
     applies=lambda traits: not traits.sample_based and not traits.is_v6,
     description="STARS PMU counters per task (context PMU) and per block (block PMU)",
 )
@@ -244,6 +341,7 @@ FFTS_PROFILE_V6 = Codec(
     encode=encode_v6,
     record_size=RECORD_SIZE,
     counter="cnt",
+    views_input=False,
     applies=lambda traits: not traits.sample_based and traits.is_v6,
     description="STARS PMU counters per task and per block, chip V6 (ten counters)",
 )

@@ -7,6 +7,9 @@ log types 0/1 and the core id for types 2/3 (msprof's Python names it
 task_type; the collector and MindSpore call it core id; it is 0 in every record
 of the real 910A sample), so it is exposed as ``core_id``. Stream ids are
 masked ``% 2048`` as msprof does (``Utils.get_stream_id``).
+
+Decoding is one numba pass (:func:`_unpack`) that checks the magic, drops bad
+records under the ``skip`` policy and writes every output column.
 """
 
 from __future__ import annotations
@@ -16,21 +19,26 @@ from typing import Any
 
 import numpy as np
 
+from profstream._numba import kernel
 from profstream.codecs._base import (
     DEVICE_LOG_MAGIC,
+    U8,
+    U16,
+    U64,
     ByteBuffer,
     Codec,
+    ColumnSet,
     DecodeContext,
     Decoded,
-    as_records,
-    batch,
+    Words,
     column,
+    device_magic_policy,
     named_patterns,
     packed_dtype,
+    record_words,
     row_count,
-    valid_mask,
 )
-from profstream.codecs._ids import legacy_stream_id
+from profstream.codecs._ids import STREAM_ID_MODULUS
 
 RECORD_SIZE = 64
 DTYPE = packed_dtype(
@@ -53,33 +61,58 @@ DTYPE = packed_dtype(
 TASK_START, TASK_END, BLOCK_START, BLOCK_END, BLOCK_PMU = range(5)
 
 
+COLUMNS = ColumnSet.of(
+    log_type=np.uint8,
+    warn=np.uint8,
+    cnt=np.uint8,
+    core_id=np.uint8,
+    block_id=np.uint16,
+    task_id=np.uint16,
+    stream_id=np.uint16,
+    syscnt=np.uint64,
+    warn_status=np.uint64,
+)
+
+
 def decode(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
-    records, consumed = as_records(buf, DTYPE)
-    mask, dropped = valid_mask(
-        records["magic"] == DEVICE_LOG_MAGIC,
-        ctx,
-        record_size=RECORD_SIZE,
-        family="hwts",
-        expected=f"magic {DEVICE_LOG_MAGIC:#x} at bytes 2-3",
-        found=records["magic"],
-    )
-    if mask is not None:
-        records = records[mask]
-    head = records["head"]
-    out = batch(
-        {
-            "log_type": head & np.uint8(0x07),
-            "warn": (head >> np.uint8(3)) & np.uint8(1),
-            "cnt": head >> np.uint8(4),
-            "core_id": records["core_id"],
-            "block_id": records["block_id"],
-            "task_id": records["task_id"],
-            "stream_id": legacy_stream_id(records["stream_id"]),
-            "syscnt": records["syscnt"],
-            "warn_status": records["warn_status"],
-        }
-    )
-    return Decoded(out, consumed, dropped, "bad magic" if dropped else "")
+    words, consumed = record_words(buf, RECORD_SIZE)
+    columns = COLUMNS.empty(len(words))
+    kept = _unpack(words, *columns) if len(words) else 0
+    dropped = device_magic_policy(words, kept, ctx, family="hwts")
+    return Decoded(COLUMNS.batch(columns, kept), consumed, dropped, "bad magic" if dropped else "")
+
+
+@kernel
+def _unpack(  # noqa: PLR0917 (numba kernels take their arrays positionally)
+    words: Words,
+    log_type: U8,
+    warn: U8,
+    cnt: U8,
+    core_id: U8,
+    block_id: U16,
+    task_id: U16,
+    stream_id: U16,
+    syscnt: U64,
+    warn_status: U64,
+) -> int:
+    """Fill the columns from the records whose magic is right; returns how many there are.
+
+    Every record is written at ``kept``, which then advances only past good ones (no branch).
+    """
+    kept = 0
+    for i in range(len(words)):
+        ids = words[i, 0]  # head, core id, magic, block id, task id
+        log_type[kept] = ids & 0x07
+        warn[kept] = (ids >> 3) & 1
+        cnt[kept] = (ids >> 4) & 0x0F
+        core_id[kept] = ids >> 8
+        block_id[kept] = ids >> 32
+        task_id[kept] = ids >> 48
+        syscnt[kept] = words[i, 1]
+        stream_id[kept] = (words[i, 2] & 0xFFFFFFFF) % STREAM_ID_MODULUS
+        warn_status[kept] = words[i, 3]
+        kept += ((ids >> 16) & 0xFFFF) == DEVICE_LOG_MAGIC
+    return kept
 
 
 def encode(columns: Mapping[str, Any]) -> bytes:
@@ -109,6 +142,7 @@ HWTS = Codec(
     encode=encode,
     record_size=RECORD_SIZE,
     counter="cnt",
+    views_input=False,
     description="HWTS task start/end log (AI Core)",
 )
 
@@ -123,6 +157,7 @@ HWTS_AIV = Codec(
     encode=encode,
     record_size=RECORD_SIZE,
     counter="cnt",
+    views_input=False,
     description="HWTS task start/end log (AI Vector Core)",
 )
 

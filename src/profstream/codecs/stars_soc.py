@@ -34,6 +34,10 @@ msprof's V6 list of known func types), so the sub-task columns are 0 there.
 Both forms share one schema so the start/end pairing reads either.
 
 Column fields that do not apply to a record's func_type are 0.
+
+Decoding is one numba pass (:func:`_unpack`) that checks the magic, drops bad
+records under the ``skip`` policy, reconstructs the ids and writes every
+output column.
 """
 
 from __future__ import annotations
@@ -45,21 +49,27 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from profstream._numba import kernel
 from profstream.codecs._base import (
     DEVICE_LOG_MAGIC,
+    U8,
+    U16,
+    U32,
+    U64,
     ByteBuffer,
     Codec,
+    ColumnSet,
     DecodeContext,
     Decoded,
-    as_records,
-    batch,
+    Words,
     column,
+    device_magic_policy,
     named_patterns,
     packed_dtype,
+    record_words,
     row_count,
-    valid_mask,
 )
-from profstream.codecs._ids import reconstruct_ids, unique_ids
+from profstream.codecs._ids import UNIQUE, id_rule, true_ids
 
 RECORD_SIZE = 64
 RECORD_SIZE_V6 = 32
@@ -159,17 +169,6 @@ FFTS_TYPE_NAMES = {
     4: "FFTS+",
 }
 
-UInt = npt.NDArray[np.unsignedinteger[Any]]
-
-
-def split_header(header: UInt) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.uint8], npt.NDArray[np.uint8]]:
-    """(func_type, cnt, sqe_type) of STARS u16 headers: bits 0-5, 6-9, 10-15."""
-    return (
-        (header & 0x3F).astype(np.uint8),
-        ((header >> 6) & 0x0F).astype(np.uint8),
-        (header >> 10).astype(np.uint8),
-    )
-
 
 def join_header(columns: Mapping[str, Any], n: int) -> npt.NDArray[np.uint16]:
     """The u16 STARS header of ``n`` records from their func_type / cnt / sqe_type columns."""
@@ -180,49 +179,88 @@ def join_header(columns: Mapping[str, Any], n: int) -> npt.NDArray[np.uint16]:
     ).astype(np.uint16)
 
 
+COLUMNS = ColumnSet.of(
+    func_type=np.uint8,
+    cnt=np.uint8,
+    sqe_type=np.uint8,
+    stream_raw=np.uint16,
+    task_raw=np.uint16,
+    stream_id=np.uint16,
+    task_id=np.uint32,
+    syscnt=np.uint64,
+    acc_id=np.uint8,
+    acsq_id=np.uint8,
+    subtask_type=np.uint8,
+    subtask_id=np.uint16,
+    ffts_type=np.uint8,
+    thread_id=np.uint16,
+)
+
+
 def _decode(buf: ByteBuffer, ctx: DecodeContext, *, v6: bool) -> Decoded:
-    dtype, family = (DTYPE_V6, "stars_soc_v6") if v6 else (DTYPE, "stars_soc")
-    records, consumed = as_records(buf, dtype)
-    mask, dropped = valid_mask(
-        records["magic"] == DEVICE_LOG_MAGIC,
-        ctx,
-        record_size=dtype.itemsize,
-        family=family,
-        expected=f"magic {DEVICE_LOG_MAGIC:#x} at bytes 2-3",
-        found=records["magic"],
-    )
-    if mask is not None:
-        records = records[mask]
-    func_type, cnt, sqe_type = split_header(records["header"])
-    acsq = func_type <= ACSQ_END
-    if v6:
-        stream_id, task_id = unique_ids(records["stream"], records["task"])
-        ffts = np.zeros(len(records), np.bool_)
-    else:
-        stream_id, task_id = reconstruct_ids(records["stream"], records["task"], ctx.traits, sqe_type)
-        ffts = (func_type == FFTS_LOG_START) | (func_type == FFTS_LOG_END)
-    task_log = acsq | ffts
-    w16 = records["w16"]
-    # multiplying by a boolean mask keeps the dtype and zeroes the rows it does not apply to
-    out = batch(
-        {
-            "func_type": func_type,
-            "cnt": cnt,
-            "sqe_type": sqe_type,
-            "stream_raw": records["stream"],
-            "task_raw": records["task"],
-            "stream_id": stream_id * task_log,
-            "task_id": task_id * task_log,
-            "syscnt": records["syscnt"],
-            "acc_id": (w16 & 0x3F).astype(np.uint8) * acsq,
-            "acsq_id": ((w16 >> 6) & 0x7F).astype(np.uint8) * acsq,
-            "subtask_type": (w16 & 0xFF).astype(np.uint8) * ffts,
-            "subtask_id": records["w18"] * ffts,
-            "ffts_type": (records["w20"] >> 13).astype(np.uint8) * ffts,
-            "thread_id": records["w22"] * ffts,
-        }
-    )
-    return Decoded(out, consumed, dropped, "bad magic" if dropped else "")
+    size, family = (RECORD_SIZE_V6, "stars_soc_v6") if v6 else (RECORD_SIZE, "stars_soc")
+    words, consumed = record_words(buf, size)
+    columns = COLUMNS.empty(len(words))
+    # V6 has no FFTS+ log and always uses the unique task id
+    rule = UNIQUE if v6 else id_rule(ctx.traits)
+    kept = _unpack(words, rule, not v6, *columns) if len(words) else 0
+    dropped = device_magic_policy(words, kept, ctx, family=family)
+    return Decoded(COLUMNS.batch(columns, kept), consumed, dropped, "bad magic" if dropped else "")
+
+
+@kernel
+def _unpack(  # noqa: PLR0917 (numba kernels take their arrays positionally)
+    words: Words,
+    rule: int,
+    with_ffts: bool,
+    func_type: U8,
+    cnt: U8,
+    sqe_type: U8,
+    stream_raw: U16,
+    task_raw: U16,
+    stream_id: U16,
+    task_id: U32,
+    syscnt: U64,
+    acc_id: U8,
+    acsq_id: U8,
+    subtask_type: U8,
+    subtask_id: U16,
+    ffts_type: U8,
+    thread_id: U16,
+) -> int:
+    """Fill the columns from the records whose magic is right; returns how many there are.
+
+    Every record is written at ``kept``, which then advances only past good ones; the
+    columns that do not apply are zeroed by multiplying with 0/1 flags. Both keep the
+    loop free of unpredictable branches (func types alternate record by record).
+    """
+    kept = 0
+    for i in range(len(words)):
+        head = words[i, 0]  # header, magic, raw stream, raw task
+        func = head & 0x3F
+        sqe = (head >> 10) & 0x3F
+        stream, task = (head >> 32) & 0xFFFF, (head >> 48) & 0xFFFF
+        acsq = np.int64(func <= ACSQ_END)
+        ffts = np.int64(with_ffts and func in (FFTS_LOG_START, FFTS_LOG_END))
+        task_log = acsq | ffts
+        body = words[i, 2]  # the u16 words at 16, 18, 20, 22
+        func_type[kept] = func
+        cnt[kept] = (head >> 6) & 0x0F
+        sqe_type[kept] = sqe
+        stream_raw[kept] = stream
+        task_raw[kept] = task
+        true_stream, true_task = true_ids(stream, task, sqe, rule)
+        stream_id[kept] = true_stream * task_log
+        task_id[kept] = true_task * task_log
+        syscnt[kept] = words[i, 1]
+        acc_id[kept] = (body & 0x3F) * acsq
+        acsq_id[kept] = ((body >> 6) & 0x7F) * acsq
+        subtask_type[kept] = (body & 0xFF) * ffts
+        subtask_id[kept] = ((body >> 16) & 0xFFFF) * ffts
+        ffts_type[kept] = ((body >> 45) & 0x07) * ffts
+        thread_id[kept] = ((body >> 48) & 0xFFFF) * ffts
+        kept += ((head >> 16) & 0xFFFF) == DEVICE_LOG_MAGIC
+    return kept
 
 
 def _encode(columns: Mapping[str, Any], *, v6: bool) -> bytes:
@@ -259,6 +297,7 @@ STARS_SOC = Codec(
     encode=encode,
     record_size=RECORD_SIZE,
     counter="cnt",
+    views_input=False,
     applies=lambda traits: not traits.is_v6,
     description="STARS SoC log: ACSQ task and FFTS+ sub-task start/end, other SoC records by func type",
 )
@@ -271,6 +310,7 @@ STARS_SOC_V6 = Codec(
     encode=encode_v6,
     record_size=RECORD_SIZE_V6,
     counter="cnt",
+    views_input=False,
     applies=lambda traits: traits.is_v6,
     description="STARS SoC log, chip V6 (32-byte records): ACSQ task start/end, other records by func type",
 )

@@ -11,8 +11,9 @@ through the device dir's host-counter conversion (msprof ``time_from_host_syscnt
 is_host=False)``). PMU families with no time (``aicore``, ``aiv``) are ordered like the task log
 they belong to and follow its watermark (see :class:`~profstream.engine.runtime.Feed`).
 
-Host streams come as unaging then aging slices (the order msprof's host C++ reads them,
-cann_raw_formats.md §1.4); the readers' ``aging`` bool column tells them apart.
+A host family with both unaging and aging slices is read as two time-ordered streams merged row
+by row into one time order (the readers' ``aging`` bool column tells them apart), so a run whose
+static node info grows with its length still streams; ``aging=`` picks one group instead.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
@@ -142,14 +144,19 @@ class FeedSet:
             return self.collection.framework_clock()
         return self.collection.clock(data_dir)
 
-    def streams(self, data_dir: discovery.DataDir | None, family: str) -> list[Stream]:
+    def streams(
+        self, data_dir: discovery.DataDir | None, family: str, aging: bool | None = None
+    ) -> list[Stream]:
+        """The family's streams in reading order; ``aging`` True/False keeps one group only."""
         if data_dir is None:
             return []
         found = [s for s in data_dir.streams if s.family == family]
+        if aging is not None:
+            found = [s for s in found if s.aging is aging]
         return sorted(found, key=lambda s: bool(s.aging))
 
-    def has(self, data_dir: discovery.DataDir | None, family: str) -> bool:
-        return bool(self.streams(data_dir, family))
+    def has(self, data_dir: discovery.DataDir | None, family: str, aging: bool | None = None) -> bool:
+        return bool(self.streams(data_dir, family, aging))
 
     def feed(
         self,
@@ -159,6 +166,7 @@ class FeedSet:
         name: str | None = None,
         slack_ns: int = 0,
         follows: str | None = None,
+        aging: bool | None = None,
     ) -> Feed:
         """A feed of ``family`` in ``data_dir``, resumed from ``positions[name]`` if given.
 
@@ -167,11 +175,16 @@ class FeedSet:
         """
         name = name or family
         spec = TIME_SPECS.get(family, _spec(None))
-        streams = self.streams(data_dir, family)
+        streams = self.streams(data_dir, family, aging)
         convs = converters(self.clock(data_dir)) if spec.conversions else {}
         start = self.positions.get(name)
-        reading = _Reading(streams, self.on_invalid, self.chunk_bytes, start)
-        batches = (convert(b, spec, convs) for b in reading)
+        reading: _Reading | _Merged
+        if spec.order is not None and len({s.aging for s in streams}) > 1:
+            reading = _Merged(streams, spec, convs, self.on_invalid, self.chunk_bytes, start=start)
+            batches: Iterator[pa.RecordBatch] = iter(reading)
+        else:
+            reading = _Reading(streams, self.on_invalid, self.chunk_bytes, start)
+            batches = (convert(b, spec, convs) for b in reading)
         if spec.order is None and follows is None:
             msg = f"{family} has no time of its own: say which feed it follows"
             raise ValueError(msg)
@@ -179,9 +192,11 @@ class FeedSet:
             name, batches, spec.order or "", slack_ns=slack_ns, position=reading.position, follows=follows
         )
 
-    def table(self, data_dir: discovery.DataDir | None, family: str) -> pa.Table | None:
+    def table(
+        self, data_dir: discovery.DataDir | None, family: str, aging: bool | None = None
+    ) -> pa.Table | None:
         """A whole (small) family: dictionaries and static node info that operators index up front."""
-        streams = self.streams(data_dir, family)
+        streams = self.streams(data_dir, family, aging)
         if data_dir is None or not streams:
             return None
         spec = TIME_SPECS.get(family, _spec(None))
@@ -238,3 +253,80 @@ class _Reading:
             else msgspec.to_builtins(self._reader.offsets(), builtin_types=(bytes,))
         )
         return [self._index, offsets]
+
+
+class _Merged:
+    """Streams of one family (unaging and aging slices), each in time order, merged into time order.
+
+    A k-way merge at batch granularity: a row is released once no live stream can still deliver an
+    older one, i.e. when it is no later than the last pending time of every live stream.
+    """
+
+    def __init__(
+        self,
+        streams: Sequence[Stream],
+        spec: TimeSpec,
+        convs: dict[str, Converter],
+        on_invalid: OnInvalid,
+        chunk_bytes: int,
+        *,
+        start: Any = None,
+    ) -> None:
+        starts = start or [[None, None] for _ in streams]
+        self._readings = [
+            _Reading([stream], on_invalid, chunk_bytes, position)
+            for stream, (position, _) in zip(streams, starts, strict=True)
+        ]
+        self._iters = [iter(r) for r in self._readings]
+        self._pending: list[pa.Table | None] = [
+            None if held is None else pa.ipc.open_stream(held).read_all() for _, held in starts
+        ]
+        self._live = [True] * len(streams)
+        self._spec, self._convs = spec, convs
+        self._time = spec.order or ""
+
+    def _fill(self, i: int) -> None:
+        while self._live[i] and _empty(self._pending[i]):
+            batch = next(self._iters[i], None)
+            if batch is None:
+                self._live[i] = False
+            elif batch.num_rows:
+                self._pending[i] = pa.Table.from_batches([convert(batch, self._spec, self._convs)])
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            for i in range(len(self._readings)):
+                self._fill(i)
+            held = [(i, t) for i, t in enumerate(self._pending) if t is not None and t.num_rows]
+            if not held:
+                return
+            lasts = [pc.max(t.column(self._time)).as_py() for i, t in held if self._live[i]]
+            bound = min(lasts) if lasts else None
+            out = []
+            for i, table in held:
+                if bound is None:
+                    ready, rest = table, table.slice(0, 0)
+                else:
+                    early = pc.less_equal(table.column(self._time), bound)
+                    ready, rest = table.filter(early), table.filter(pc.invert(early))
+                out.append(ready)
+                self._pending[i] = rest
+            merged = pa.concat_tables(out).sort_by(self._time)
+            yield from merged.combine_chunks().to_batches()
+
+    def position(self) -> Any:
+        """Each stream's position and its pending rows (Arrow IPC bytes), msgpack-encodable."""
+        return [[r.position(), _ipc(t)] for r, t in zip(self._readings, self._pending, strict=True)]
+
+
+def _empty(table: pa.Table | None) -> bool:
+    return table is None or table.num_rows == 0
+
+
+def _ipc(table: pa.Table | None) -> bytes | None:
+    if table is None or table.num_rows == 0:
+        return None
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())

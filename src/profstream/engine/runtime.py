@@ -16,9 +16,11 @@ intermediate streams). The consumer iterates :meth:`Pipeline.run`, which does th
 When every feed is exhausted the operators are finished in topological order.
 
 Watermarks: a feed's watermark is the largest time seen minus its reorder allowance (``slack_ns``);
-an exhausted feed's is :data:`DONE`. An operator output's watermark is the one the operator was last
-advanced to (it promises nothing older will follow). Side inputs (dictionaries, unaging node info)
-are not streams: operators get them when they are built.
+an exhausted feed's is :data:`DONE`. An operator output's watermark is what
+:meth:`Operator.output_watermark` promises after its last advance (by default the input
+watermark). A derived stream's rows need not come in start order (pairing emits a task when it
+ends, a step arrives when it closes), so consumers of derived streams allow some lateness. Side
+inputs (dictionaries, unaging node info) are not streams: operators get them when they are built.
 
 Snapshots: :meth:`Pipeline.snapshot` captures every feed's read position and every operator's
 state; a pipeline built the same way and restored from it continues with exactly the output the
@@ -84,6 +86,14 @@ class Operator(abc.ABC):
     def restore(self, state: bytes) -> None:
         """Replace the state by one :meth:`snapshot` returned."""
 
+    def output_watermark(self, watermark: int) -> int:
+        """What the outputs promise after ``advance(watermark)``: nothing older will follow.
+
+        The input watermark by default; an operator that holds rows back (open starts, a
+        reorder window) returns the time of the oldest row it still holds.
+        """
+        return watermark
+
 
 @dataclass
 class Feed:
@@ -142,6 +152,11 @@ class Pipeline:
         self._finished = False
 
     @property
+    def finished(self) -> bool:
+        """Every feed is exhausted and every operator finished."""
+        return self._finished
+
+    @property
     def streams(self) -> tuple[str, ...]:
         return tuple(self._marks)
 
@@ -162,7 +177,8 @@ class Pipeline:
         live = [f for f in self.feeds.values() if f.watermark != DONE]
         out: list[Emit] = []
         if live:
-            feed = min(live, key=lambda f: f.watermark)
+            # a timeless follower goes after its leader at equal marks, so it never reads ahead
+            feed = min(live, key=lambda f: (f.watermark, not f.time_column))
             batch = feed.pull()
             if batch is not None and not feed.time_column:
                 leader = self.feeds.get(feed.follows or "")
@@ -175,8 +191,9 @@ class Pipeline:
             for op in self.operators:
                 mark = min((self._marks[name] for name in op.inputs), default=DONE)
                 self._route(op.advance(mark), out)
+                promised = op.output_watermark(mark)
                 for name in op.outputs:
-                    self._marks[name] = mark
+                    self._marks[name] = promised
             return out
         for op in self.operators:
             self._route(op.finish(), out)

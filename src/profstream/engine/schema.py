@@ -288,6 +288,9 @@ TABLES: Mapping[str, pa.Schema] = {
     ),
 }
 
+#: torch_npu's device step ranges (framework_outputs.md §4c) have the shape of ``steps``
+TABLES = {**TABLES, "framework_steps": TABLES["steps"]}
+
 #: the column each table is ordered and watermarked by
 TIME_COLUMN: Mapping[str, str] = {
     name: next(c for c in ("start_ns", "time_ns", "alloc_ns", "src_ns") if c in schema.names)

@@ -1,0 +1,1 @@
+"""Streaming operators: thin stateful wrappers over the numba kernels in ``engine/kernels``."""

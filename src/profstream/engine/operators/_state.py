@@ -1,0 +1,102 @@
+"""What the operators share: int64 column tables, lookups over them, snapshots of keyed state.
+
+A :class:`~profstream.engine.kernels._table.KeyedState` is stored as its open entries ordered by a
+value row that is unique per entry (a record sequence number), so the same open entries give the
+same bytes whatever the slot layout of the hash table they came from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from profstream.engine.kernels._dispatch import NULL, Int64Array
+from profstream.engine.kernels._table import KeyedState, Table
+from profstream.engine.runtime import DONE, START
+
+Columns = dict[str, Int64Array]
+
+
+def pack_keyed(state: KeyedState, order_row: int) -> dict[str, Any]:
+    """Open entries (ordered by ``values[order_row]``), shape and counters of a keyed state."""
+    keys, values = state.table.entries(order_row)
+    return {
+        "keys": keys,
+        "values": values,
+        "width": [int(state.table.keys.shape[0]), int(state.table.values.shape[0])],
+        "counts": state.counts,
+    }
+
+
+def unpack_keyed(packed: dict[str, Any]) -> KeyedState:
+    """The inverse of :func:`pack_keyed`."""
+    key_width, value_width = packed["width"]
+    keys = np.asarray(packed["keys"], np.int64).reshape(key_width, -1)
+    values = np.asarray(packed["values"], np.int64).reshape(value_width, -1)
+    return KeyedState(Table.from_entries(keys, values), np.asarray(packed["counts"], np.int64))
+
+
+def empty_columns(names: tuple[str, ...]) -> Columns:
+    """A table of int64 numpy columns with no rows."""
+    return {name: np.empty(0, np.int64) for name in names}
+
+
+def take(columns: Columns, index: Any) -> Columns:
+    """Rows ``index`` (indices or a mask) of every column."""
+    return {name: values[index] for name, values in columns.items()}
+
+
+def concat(first: Columns, second: Columns) -> Columns:
+    """Rows of ``first`` then rows of ``second`` (same column names)."""
+    return {name: np.concatenate((first[name], second[name])) for name in first}
+
+
+def rows(columns: Columns) -> int:
+    """Number of rows."""
+    return len(next(iter(columns.values()))) if columns else 0
+
+
+def horizon(watermark: int, lag: int) -> int:
+    """``watermark - lag`` within [START, DONE]; DONE stays DONE (everything is final)."""
+    if watermark >= DONE:
+        return DONE
+    return max(START, watermark - lag)
+
+
+def ints(column: pa.Array | pa.ChunkedArray) -> Int64Array:
+    """An integer column as int64 (uint64 ids keep their bits), nulls as NULL."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_uint64(column.type):
+        column = column.view(pa.int64())
+    elif column.type != pa.int64():
+        column = column.cast(pa.int64())
+    return np.asarray(column.fill_null(NULL).to_numpy(zero_copy_only=False), np.int64)
+
+
+def nullable(values: Int64Array) -> pa.Array:
+    """int64 values with NULL as a null."""
+    return pa.array(values, pa.int64(), mask=values == NULL)
+
+
+def find(keys: Int64Array, wanted: Int64Array) -> Int64Array:
+    """Positions of ``wanted`` in the sorted unique ``keys``, -1 where absent."""
+    at_ = np.searchsorted(keys, wanted)
+    found = at_ < keys.size
+    found[found] = keys[at_[found]] == wanted[found]
+    return np.where(found, at_, -1)
+
+
+def pick(values: Int64Array, index: Int64Array, missing: int = -1) -> Int64Array:
+    """``values[index]`` where the index is >= 0, ``missing`` where it is -1."""
+    out = np.full(index.size, missing, np.int64)
+    hit = index >= 0
+    out[hit] = values[index[hit]]
+    return out
+
+
+def gather(table: Columns, index: Int64Array, names: tuple[str, ...]) -> tuple[Int64Array, ...]:
+    """Columns ``names`` at rows ``index``, NULL where the index is -1."""
+    return tuple(pick(table[name], index, NULL) for name in names)

@@ -1,0 +1,827 @@
+"""Memory: operator memory rows (``memory``), allocator totals (``memory_record``), device samples.
+
+**PyTorch adapter records** (specs/framework_outputs.md §4b; torch_npu
+``prof_view/_memory_prepare_parser.py``, ``_memory_view_parser.py``): ``torch.memory_usage``
+records of an NPU (``device_type`` 20) feed ``memory_record``; those of the inner allocator also
+feed ``memory`` through :func:`~profstream.engine.kernels.memory.match_pta` (MALLOC/FREE/BLOCK_FREE
+groups per (process, ptr); release totals from the FREE, else the BLOCK_FREE). ``Name`` is decided
+when the MALLOC becomes final, from the ``ops`` stream:
+
+* a MALLOC inside a dequeue window of its own (process, thread) (``start <= t < end``) takes the
+  name of the enqueue with the dequeue's correlation id: the last torch op on the enqueue's thread
+  that started at or before the enqueue's end, or its first ancestor whose name starts with
+  ``aten`` or ``npu`` (the spec's rule; the torch_npu version read walks back through the ops in
+  start order instead, and accepts only ``aten``);
+* otherwise the last torch op on the record's thread that started at or before it, walked up to the
+  first ancestor still running at the record's time (spec; the version read searches every thread
+  of the process, and falls back to the first op when none started before the record, which here
+  gives no name);
+* ``empty_tensor`` and ``malloc_workspace`` ops are never the starting op; no op gives an empty name
+  (counted).
+
+``Device Type`` is ``NPU:<id>`` with the collection's only device, else the record's device index.
+Records of the v2.1.0-5.0.rc3 layout carry no data type: a positive size is read as a MALLOC, a
+negative one as a FREE.
+
+**GE operator memory** (cann_raw_formats.md §2.9 ``task_memory_info``; msprof
+``analysis/mscalculate/npu_mem/npu_op_mem_calculator.py``): records whose ``data_len`` is below the
+48-byte payload are dropped as msprof's C++ parser does (counted); the rest pair per (op name hash,
+addr, device type, device id) through :func:`~profstream.engine.kernels.memory.match_ge`. The
+documented negative and empty values are kept: a release without its allocation (allocated before
+the collection) is a row with a negative size and no allocation time; an allocation never released
+is a row without release columns. GE rows have no active columns; names are the hash dictionary's
+(torch_npu prefixes them with ``cann::``; that is the layout's job). Every record also makes a GE
+``memory_record`` row (its totals; no active total, which torch_npu prints as 0).
+
+**memory_record** (§4b): rows in time order — at equal times ``APP``, then PTA, then GE, as
+torch_npu's merge takes a PTA record before a GE record of the same time. ``APP`` rows are the
+device's ``npu_mem`` samples of event APP (total reserved = ddr + hbm). torch_npu writes all APP
+rows before the rest of its file; holding the rest back for that would need the whole table, so the
+rows stay in time order here and a layout that wants torch_npu's order writes the APP rows (also the
+``npu_mem`` table's APP rows) first. Each PTA row of the caching allocator is followed by a ``PTA+GE``
+row (its totals plus the latest GE record of the device; its stream); each GE row by a ``PTA+GE``
+row (its totals plus the latest PTA record of the device; the PTA stream). Workspace-allocator
+records (``component_type`` 1) are ``WORKSPACE`` rows: no companion, never the latest PTA.
+
+**Device samples** (:class:`NpuMemory`, cann_raw_formats.md §2.11, msprof_outputs.md §2.8): the raw
+``npu_mem`` feed becomes ``npu_mem`` rows (event 0 APP, 1 Device); the raw ``npu_module_mem`` feed
+``npu_module_mem`` rows (module id -> msprof's ``ModuleName``, analysis/profiling_bean/prof_enum/
+data_tag.py; an id msprof does not name keeps its number). Sizes above the int64 maximum are
+null (msprof prints -1).
+
+Streaming: with PyTorch records, everything is processed up to the watermark (minus
+``ops_lag_ns``, 0 by default: FrameworkOps' own output watermark already says how far the ``ops``
+stream is complete; the lag is for an ``ops`` stream whose watermark runs ahead of its rows). State:
+the records not yet final, the open allocations (kernel tables), the latest PTA/GE totals per
+device, and the ops still reachable: ops running at the horizon or starting after it, the last op
+before it on each thread with its ancestors, dequeue windows still open, and enqueues whose dequeue
+may come. :meth:`Memory.output_watermark` promises the horizon, or the oldest open allocation.
+``memory`` rows come in the order their group closes (sorted by allocation time within a batch);
+allocations never released come out at :meth:`Memory.finish`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream import events
+from profstream.codecs.dictionaries import resolve
+from profstream.codecs.framework import (
+    FREE,
+    INNER_ALLOCATOR,
+    MALLOC,
+    NPU_DEVICE_TYPE,
+    WORKSPACE_ALLOCATOR,
+)
+from profstream.engine.kernels import memory as kernels
+from profstream.engine.kernels._dispatch import NO_SEQ, NULL, BoolArray, Int64Array
+from profstream.engine.operators._state import (
+    Columns,
+    concat,
+    empty_columns,
+    find,
+    gather,
+    horizon,
+    ints,
+    nullable,
+    pack_keyed,
+    pick,
+    rows,
+    take,
+    unpack_keyed,
+)
+from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
+from profstream.engine.schema import TABLES, conform
+
+#: msprof ``ModuleName`` (analysis/profiling_bean/prof_enum/data_tag.py): npu_module_mem component ids
+MODULE_NAMES: dict[int, str] = {
+    0: "UNKNOWN", 1: "IDEDD", 2: "IDEDH", 3: "HCCL", 4: "FMK", 5: "HIAIENGINE", 6: "DVPP", 7: "RUNTIME",
+    8: "CCE", 9: "HLT", 22: "DEVMM", 24: "LIBMEDIA", 25: "CCECPU", 26: "ASCENDDK", 27: "HCCP_SCHEDULE",
+    28: "HCCP", 29: "ROCE", 30: "TEFUSION", 31: "PROFILING", 32: "DP", 33: "APP", 35: "TSDUMP",
+    36: "AICPU", 37: "AICPU_SCHEDULE", 38: "TDT", 39: "FE", 40: "MD", 41: "MB", 42: "ME", 45: "GE",
+    48: "ASCENDCL", 54: "PROCMGR", 56: "AIVECTOR", 57: "TBE", 58: "FV", 59: "PYPTO", 60: "TUNE",
+    61: "HSS", 62: "FFTS", 63: "OP", 64: "UDF", 65: "HICAID", 66: "TSYNC", 67: "AUDIO", 68: "TPRT",
+    69: "ASCENDCKERNEL", 70: "ASYS", 71: "ATRACE", 72: "RTC", 73: "SYSMONITOR", 74: "AML", 75: "MBUFF",
+    76: "CUSTOM_SCHEDULE",
+}  # fmt: skip
+#: npu_mem ``event`` names (msprof ``NpuMemViewer``)
+EVENT_NAMES = {0: "APP", 1: "Device"}
+#: memory_record components, in their tie order at equal times
+COMPONENTS = ("APP", "PTA", "WORKSPACE", "GE", "PTA+GE")
+APP, PTA, WORKSPACE, GE, PTA_GE = range(5)
+#: ops that never own a PTA allocation (torch_npu ``_complete_record_entry``)
+EXCLUDED_OPS = ("empty_tensor", "malloc_workspace")
+#: prefixes of the op an enqueue's allocations are named after
+OWNER_PREFIXES = ("aten", "npu")
+#: bytes of the ``MsprofMemoryInfo`` payload; shorter records are dropped (cann_raw_formats.md §2.9)
+GE_MIN_DATA_LEN = 48
+
+# PTA records not yet final, and the payload each carries into the match (name = resolved op)
+_PTA = ("time", "seq", "pid", "tid", "ptr", "kind", "component", "inner", "size", "allocated",
+        "reserved", "active", "stream", "device")  # fmt: skip
+_PTA_PAYLOAD = ("size", "allocated", "reserved", "active", "stream", "device", "name")
+_GE = ("time", "seq", "op", "addr", "device_type", "device", "size", "allocated", "reserved")
+_APP = ("time", "seq", "device", "reserved")
+_OPS = ("id", "parent", "pid", "tid", "start", "end", "name", "owner", "candidate")
+_ENQ = ("corr", "pid", "tid", "end", "name")
+_DEQ = ("pid", "tid", "start", "end", "corr")
+_LAST = ("device", "allocated", "reserved", "active", "stream")
+#: an enqueue whose owning op is not resolved yet
+_UNRESOLVED = -2
+_COUNTERS = ("pta_not_npu", "unnamed", "ge_short_records")
+
+
+def _device_tags(devices: Int64Array) -> pa.Array:
+    """``NPU:<id>`` per row, dictionary-encoded."""
+    unique, index = np.unique(devices, return_inverse=True)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(index.astype(np.int32)), pa.array([f"NPU:{d}" for d in unique.tolist()])
+    )
+
+
+def _labels(codes: Int64Array, labels: Sequence[str]) -> pa.Array:
+    """Codes into ``labels`` as a dictionary column."""
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(list(labels)))
+
+
+def _column(batch: pa.RecordBatch, name: str, default: int) -> Int64Array:
+    """An int column of a decoded batch as int64, ``default`` where absent (older layouts)."""
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return np.full(batch.num_rows, default, np.int64)
+    values = ints(batch.column(index))
+    return np.where(values == NULL, default, values)
+
+
+def _unsigned_bytes(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """uint64 byte counts as int64, null above the int64 maximum."""
+    values = ints(column)
+    return nullable(np.where(values < 0, NULL, values))
+
+
+def last_at_or_before(keys: tuple[Int64Array, ...], queries: tuple[Int64Array, ...]) -> Int64Array:
+    """For each query (pid, tid, time), the row of ``keys`` (pid, tid, time) of the same pid and tid
+    with the latest time at or before the query's (at equal times the last row), else -1."""
+    n = keys[2].size
+    pid, tid, time = (np.concatenate((k, q)) for k, q in zip(keys, queries, strict=True))
+    is_query = np.arange(time.size) >= n
+    order = np.lexsort((np.arange(time.size), is_query, time, tid, pid))
+    group = np.r_[True, _changes(pid[order], tid[order])]
+    position = np.arange(order.size)
+    group_start = np.maximum.accumulate(np.where(group, position, 0))
+    last = np.maximum.accumulate(np.where(is_query[order], -1, position))
+    found = pick(order, np.where(last >= group_start, last, -1))
+    out = np.empty(time.size - n, np.int64)
+    asked = is_query[order]
+    out[order[asked] - n] = found[asked]
+    return out
+
+
+def _changes(pid: Int64Array, tid: Int64Array) -> BoolArray:
+    """Where consecutive (pid, tid) pairs differ (one shorter than the inputs)."""
+    return np.asarray((pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]), np.bool_)
+
+
+class Memory(Operator):
+    """``torch_memory_usage`` + ``ops`` (PTA), ``task_memory_info`` (GE), ``npu_mem@<d>`` -> ``memory``,
+    ``memory_record``.
+
+    ``devices``: the collection's device ids (with exactly one, it is every PTA record's device);
+    ``app_devices``: the devices whose ``npu_mem@<d>`` gives APP rows (default: all of
+    ``devices``); ``pta`` / ``ge``: whether the PyTorch and the GE inputs exist; ``hashes``: the host
+    hash dictionary (decoded ``hash_dic`` rows) for GE op names; ``ops_lag_ns``: how far the ``ops``
+    stream's rows lag its watermark (0 for FrameworkOps, whose watermark accounts for its window).
+    """
+
+    def __init__(
+        self,
+        devices: Sequence[int] = (),
+        *,
+        pta: bool = True,
+        ge: bool = True,
+        app_devices: Sequence[int] | None = None,
+        hashes: pa.Table | None = None,
+        ops_lag_ns: int = 0,
+    ) -> None:
+        self.devices = tuple(devices)
+        self.pta, self.ge = pta, ge
+        app = self.devices if app_devices is None else tuple(app_devices)
+        self._app_streams = {at("npu_mem", d): d for d in app}
+        self.hashes = hashes
+        self.lag = ops_lag_ns if pta else 0
+        self.inputs = (
+            *(("torch_memory_usage", "ops") if pta else ()),
+            *(("task_memory_info",) if ge else ()),
+            *self._app_streams,
+        )
+        self.outputs = ("memory", "memory_record")
+        self._log = events.get_logger(component="memory")
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pta = empty_columns(_PTA)
+        self._ge = empty_columns(_GE)
+        self._app = empty_columns(_APP)
+        self._seen = 0  # records taken so far, all inputs: the tie order of memory_record
+        self._pta_base = 0  # records given to the kernels (their sequence numbers)
+        self._ge_base = 0
+        self._pta_state = kernels.pta_state(len(_PTA_PAYLOAD))
+        self._ge_state = kernels.ge_state(2, key_width=4)
+        self._ops = empty_columns(_OPS)
+        self._enq = empty_columns(_ENQ)
+        self._deq = empty_columns(_DEQ)
+        self._names: list[str] = []
+        self._codes: dict[str, int] = {}
+        self._last_pta = empty_columns(_LAST)
+        self._last_ge = empty_columns(_LAST)
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        # not state: a shortcut for advances that cannot emit anything
+        self._advanced_to, self._pushed = START, True
+
+    # ------------------------------------------------------------------ operator protocol
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self._pushed = True
+        if stream == "torch_memory_usage":
+            self._add_pta(batch)
+        elif stream == "task_memory_info":
+            self._add_ge(batch)
+        elif stream == "ops":
+            self._add_ops(batch)
+        elif stream in self._app_streams:
+            self._add_app(batch, self._app_streams[stream])
+        else:
+            msg = f"Memory does not read {stream!r}"
+            raise KeyError(msg)
+
+    def advance(self, watermark: int) -> list[Emit]:
+        until = horizon(watermark, self.lag)
+        if until == self._advanced_to and not self._pushed:
+            return []  # nothing new: emitting again would give nothing
+        self._advanced_to, self._pushed = until, False
+        return self._emit(until, final=False)
+
+    def finish(self) -> list[Emit]:
+        out = self._emit(DONE, final=True)
+        self._report()
+        return out
+
+    def output_watermark(self, watermark: int) -> int:
+        """The horizon, or the oldest allocation still open (its row comes when it is released)."""
+        open_at = [
+            state.table.values[0][state.table.used] for state in (self._pta_state, self._ge_state)
+        ]  # row 0: the MALLOC time of a PTA group, the time of a GE allocation
+        until = horizon(watermark, self.lag)
+        return min([until, *(int(t.min()) for t in open_at if t.size)])
+
+    # ------------------------------------------------------------------ inputs
+
+    def _seqs(self, n: int) -> Int64Array:
+        first = self._seen
+        self._seen += n
+        return first + np.arange(n, dtype=np.int64)
+
+    def _add_pta(self, batch: pa.RecordBatch) -> None:
+        npu = _column(batch, "device_type", NPU_DEVICE_TYPE) == NPU_DEVICE_TYPE
+        self._counts["pta_not_npu"] += int((~npu).sum())
+        batch = batch.filter(pa.array(npu))
+        size = _column(batch, "alloc_size", 0)
+        kind = _column(batch, "data_type", NULL)
+        kind = np.where(kind == NULL, np.where(size > 0, MALLOC, FREE), kind)
+        device = _column(batch, "device_index", 0)
+        if len(self.devices) == 1:
+            device = np.full(batch.num_rows, self.devices[0], np.int64)
+        new = {
+            "time": _column(batch, "time_ns", 0),
+            "seq": self._seqs(batch.num_rows),
+            "pid": _column(batch, "process_id", 0),
+            "tid": _column(batch, "thread_id", 0),
+            "ptr": _column(batch, "ptr", 0),
+            "kind": kind,
+            "component": _column(batch, "component_type", 0),
+            "inner": (_column(batch, "allocator_type", INNER_ALLOCATOR) == INNER_ALLOCATOR).astype(np.int64),
+            "size": size,
+            "allocated": _column(batch, "total_allocated", 0),
+            "reserved": _column(batch, "total_reserved", 0),
+            "active": _column(batch, "total_active", NULL),
+            "stream": _column(batch, "stream_ptr", NULL),
+            "device": device,
+        }
+        self._pta = concat(self._pta, new)
+
+    def _add_ge(self, batch: pa.RecordBatch) -> None:
+        whole = _column(batch, "data_len", GE_MIN_DATA_LEN) >= GE_MIN_DATA_LEN
+        self._counts["ge_short_records"] += int((~whole).sum())
+        batch = batch.filter(pa.array(whole))
+        new = {
+            "time": _column(batch, "time_ns", 0),
+            "seq": self._seqs(batch.num_rows),
+            "op": _column(batch, "node_id_hash", 0),
+            "addr": _column(batch, "addr", 0),
+            "device_type": _column(batch, "device_type", 0),
+            "device": _column(batch, "device_id", 0),
+            "size": _column(batch, "size", 0),
+            "allocated": _column(batch, "total_allocate_memory", 0),
+            "reserved": _column(batch, "total_reserve_memory", 0),
+        }
+        self._ge = concat(self._ge, new)
+
+    def _add_app(self, batch: pa.RecordBatch, device: int) -> None:
+        """APP samples of the device's ``npu_mem`` table: total reserved = ddr + hbm."""
+        batch = batch.filter(pc.equal(batch.column("event").cast(pa.string()), EVENT_NAMES[0]))
+        ddr, hbm = ints(batch.column("ddr_bytes")), ints(batch.column("hbm_bytes"))
+        new = {
+            "time": ints(batch.column("time_ns")),
+            "seq": self._seqs(batch.num_rows),
+            "device": np.full(batch.num_rows, device, np.int64),
+            "reserved": np.where((ddr == NULL) | (hbm == NULL), NULL, ddr + hbm),
+        }
+        self._app = concat(self._app, new)
+
+    def _code(self, names: pa.Array) -> Int64Array:
+        """Integer codes of op names."""
+        encoded = pc.dictionary_encode(names.cast(pa.string()).fill_null(""))
+        codes = []
+        for name in encoded.dictionary.to_pylist():
+            if name not in self._codes:
+                self._codes[name] = len(self._names)
+                self._names.append(name)
+            codes.append(self._codes[name])
+        index = encoded.indices.to_numpy(zero_copy_only=False)
+        return np.asarray(np.asarray(codes, np.int64)[index], np.int64)
+
+    def _add_ops(self, batch: pa.RecordBatch) -> None:
+        kind = batch.column("kind").cast(pa.string())
+        names = batch.column("name").cast(pa.string()).fill_null("")
+        cpu = pc.equal(kind, "cpu_op").to_numpy(zero_copy_only=False)
+        ops = batch.filter(pa.array(cpu))
+        op_names = names.filter(pa.array(cpu))
+        owner = pc.or_(*(pc.starts_with(op_names, p) for p in OWNER_PREFIXES))
+        candidate = pc.invert(pc.is_in(op_names, pa.array(EXCLUDED_OPS)))
+        new = {
+            "id": ints(ops.column("op_id")),
+            "parent": ints(ops.column("parent_id")),
+            "pid": ints(ops.column("pid")),
+            "tid": ints(ops.column("tid")),
+            "start": ints(ops.column("start_ns")),
+            "end": ints(ops.column("end_ns")),
+            "name": self._code(op_names),
+            "owner": owner.to_numpy(zero_copy_only=False).astype(np.int64),
+            "candidate": candidate.to_numpy(zero_copy_only=False).astype(np.int64),
+        }
+        self._ops = concat(self._ops, new)
+        for queue, table in (("enqueue", "_enq"), ("dequeue", "_deq")):
+            picked = batch.filter(pc.equal(kind, queue))
+            cols = {
+                "corr": ints(picked.column("correlation_id")),
+                "pid": ints(picked.column("pid")),
+                "tid": ints(picked.column("tid")),
+                "start": ints(picked.column("start_ns")),
+                "end": ints(picked.column("end_ns")),
+                "name": np.full(picked.num_rows, _UNRESOLVED, np.int64),
+            }
+            names_ = _ENQ if queue == "enqueue" else _DEQ
+            setattr(self, table, concat(getattr(self, table), {c: cols[c] for c in names_}))
+
+    # ------------------------------------------------------------------ op names
+
+    def _last_started(self, pid: Int64Array, tid: Int64Array, t: Int64Array) -> Int64Array:
+        """Row of the last candidate op of each (pid, tid) that started at or before ``t``, else -1."""
+        ops = self._ops
+        cand = np.flatnonzero(ops["candidate"] == 1)
+        found = last_at_or_before((ops["pid"][cand], ops["tid"][cand], ops["start"][cand]), (pid, tid, t))
+        return pick(cand, found)
+
+    def _walk(self, rows_: Int64Array, stop: BoolArray | None, t: Int64Array | None) -> Int64Array:
+        """Walk each op row up its parents until ``stop[row]`` (or its end >= ``t``); -1 when lost."""
+        ops = self._ops
+        at_ = rows_.copy()
+        for _ in range(at_.size + 1):
+            live = at_ >= 0
+            done = np.zeros(at_.size, np.bool_)
+            if stop is not None:
+                done[live] = stop[at_[live]]
+            if t is not None:
+                done[live] = ops["end"][at_[live]] >= t[live]
+            moving = live & ~done
+            if not moving.any():
+                break
+            parent = ops["parent"][at_[moving]]
+            at_[moving] = np.where(parent == NULL, -1, find(ops["id"], parent))
+        return at_
+
+    def _resolve_enqueues(self, until: int) -> None:
+        """Name each enqueue that ended before ``until`` after the aten/npu op it belongs to."""
+        enq = self._enq
+        todo = np.flatnonzero((enq["name"] == _UNRESOLVED) & (enq["end"] < until))
+        if not todo.size:
+            return
+        start = self._last_started(enq["pid"][todo], enq["tid"][todo], enq["end"][todo])
+        owner = self._walk(start, self._ops["owner"] == 1, None)
+        enq["name"][todo] = pick(self._ops["name"], owner)
+
+    def _op_names(self, pid: Int64Array, tid: Int64Array, t: Int64Array) -> Int64Array:
+        """Name codes of the ops owning allocations at ``t`` (module docstring), -1 for none."""
+        out = np.full(t.size, -1, np.int64)
+        deq = self._deq
+        window = np.full(t.size, -1, np.int64)
+        if deq["start"].size:
+            last = last_at_or_before((deq["pid"], deq["tid"], deq["start"]), (pid, tid, t))
+            inside = last >= 0
+            inside[inside] = t[inside] < deq["end"][last[inside]]
+            window = np.where(inside, last, -1)
+        queued = window >= 0
+        if queued.any():
+            enq = self._enq
+            order = np.argsort(enq["corr"], kind="stable")
+            hit = find(enq["corr"][order], deq["corr"][window[queued]])
+            named = pick(enq["name"][order], hit)
+            out[queued] = np.where(named == _UNRESOLVED, -1, named)
+        plain = ~queued
+        start = self._last_started(pid[plain], tid[plain], t[plain])
+        owner = self._walk(start, None, t[plain])
+        out[plain] = pick(self._ops["name"], owner)
+        return out
+
+    # ------------------------------------------------------------------ emission
+
+    def _emit(self, until: int, *, final: bool) -> list[Emit]:
+        self._resolve_enqueues(until)
+        pta, ge, app = (self._take(name, until) for name in ("_pta", "_ge", "_app"))
+        out: list[Emit] = []
+        memory = self._memory_rows(pta, ge, final=final)
+        if memory.num_rows:
+            out.append(("memory", memory))
+        record = self._record_rows(pta, ge, app)
+        if record.num_rows:
+            out.append(("memory_record", record))
+        self._prune(until)
+        return out
+
+    def _take(self, attribute: str, until: int) -> Columns:
+        """Remove and return the records before ``until``, in (time, arrival) order."""
+        table: Columns = getattr(self, attribute)
+        ready = table["time"] < until
+        setattr(self, attribute, take(table, ~ready))
+        picked = take(table, ready)
+        return take(picked, np.lexsort((picked["seq"], picked["time"])))
+
+    def _memory_rows(self, pta: Columns, ge: Columns, *, final: bool) -> pa.RecordBatch:
+        parts = [self._pta_rows(pta, final=final), self._ge_rows(ge, final=final)]
+        table = pa.Table.from_batches([p for p in parts if p.num_rows], TABLES["memory"])
+        return table.unify_dictionaries().combine_chunks().to_batches()[0] if table.num_rows else parts[0]
+
+    def _pta_rows(self, pta: Columns, *, final: bool) -> pa.RecordBatch:
+        """``operator_memory`` rows of the inner allocator's groups that closed (all, if final)."""
+        inner = take(pta, pta["inner"] == 1)
+        malloc = inner["kind"] == MALLOC
+        name = np.full(rows(inner), -1, np.int64)
+        name[malloc] = self._op_names(inner["pid"][malloc], inner["tid"][malloc], inner["time"][malloc])
+        self._counts["unnamed"] += int((name[malloc] < 0).sum())
+        inner["name"] = name
+        found = kernels.match_pta(
+            (inner["pid"], inner["ptr"]),
+            inner["kind"],
+            inner["time"],
+            state=self._pta_state,
+            payload=[inner[c] for c in _PTA_PAYLOAD],
+            base=self._pta_base,
+            final=final,
+        )
+        self._pta_base += rows(inner)
+        order = np.argsort(found.alloc_time, kind="stable")
+        found = kernels.PtaRows._make(c[..., order] for c in found)
+        alloc = dict(zip(_PTA_PAYLOAD, found.alloc_payload, strict=True))
+        release = dict(zip(_PTA_PAYLOAD, found.release_payload, strict=True))
+        released = (found.free_seq != NO_SEQ) | (found.block_free_seq != NO_SEQ)
+
+        def after(name_: str) -> pa.Array:
+            return nullable(np.where(released, release[name_], NULL))
+
+        names = np.asarray([*self._names, ""], dtype=object)
+        return conform(
+            TABLES["memory"],
+            {
+                "device_id": alloc["device"].astype(np.int32),
+                "source": _labels(np.zeros(order.size, np.int64), ("PTA", "GE")),
+                "name": pa.array(names[alloc["name"]], pa.string()),
+                "size_bytes": alloc["size"],
+                "alloc_ns": found.alloc_time,
+                "release_ns": nullable(found.release_time),
+                "active_release_ns": nullable(found.active_release_time),
+                "duration_ns": nullable(found.duration),
+                "active_duration_ns": nullable(found.active_duration),
+                "alloc_total_allocated": alloc["allocated"],
+                "alloc_total_reserved": alloc["reserved"],
+                "alloc_total_active": nullable(alloc["active"]),
+                "release_total_allocated": after("allocated"),
+                "release_total_reserved": after("reserved"),
+                "release_total_active": after("active"),
+                "stream_ptr": nullable(alloc["stream"]),
+                "device_type": _device_tags(alloc["device"]),
+            },
+        )
+
+    def _ge_rows(self, ge: Columns, *, final: bool) -> pa.RecordBatch:
+        """GE operator memory rows of the pairs that closed (and, if final, the open allocations)."""
+        found = kernels.match_ge(
+            (ge["op"], ge["addr"], ge["device_type"], ge["device"]),
+            ge["size"],
+            ge["time"],
+            state=self._ge_state,
+            payload=(ge["allocated"], ge["reserved"]),
+            base=self._ge_base,
+            final=final,
+        )
+        self._ge_base += rows(ge)
+        first = np.where(found.alloc_time == NULL, found.release_time, found.alloc_time)
+        order = np.argsort(first, kind="stable")
+        found = kernels.GeRows._make(c[..., order] for c in found)
+        op, device = found.keys[0], found.keys[3]
+        ids = pa.array(op.view(np.uint64))
+        names = resolve(ids, self.hashes) if self.hashes is not None else pc.cast(ids, pa.string())
+        allocated = found.alloc_seq != NO_SEQ
+        released = found.release_seq != NO_SEQ
+        return conform(
+            TABLES["memory"],
+            {
+                "device_id": device.astype(np.int32),
+                "source": _labels(np.ones(order.size, np.int64), ("PTA", "GE")),
+                "name": names,
+                "size_bytes": found.size,
+                "alloc_ns": nullable(found.alloc_time),
+                "release_ns": nullable(found.release_time),
+                "duration_ns": nullable(found.duration),
+                "alloc_total_allocated": nullable(np.where(allocated, found.alloc_payload[0], NULL)),
+                "alloc_total_reserved": nullable(np.where(allocated, found.alloc_payload[1], NULL)),
+                "release_total_allocated": nullable(np.where(released, found.release_payload[0], NULL)),
+                "release_total_reserved": nullable(np.where(released, found.release_payload[1], NULL)),
+                "device_type": _device_tags(device),
+            },
+        )
+
+    def _record_rows(self, pta: Columns, ge: Columns, app: Columns) -> pa.RecordBatch:
+        """memory_record rows of the final records, each PTA and GE row followed by its PTA+GE row."""
+        none = {name: np.full(n, NULL, np.int64) for name, n in (("app", rows(app)), ("ge", rows(ge)))}
+        merged = {
+            "component": np.concatenate(
+                (
+                    np.full(rows(app), APP, np.int64),
+                    np.where(pta["component"] == WORKSPACE_ALLOCATOR, WORKSPACE, PTA),
+                    np.full(rows(ge), GE, np.int64),
+                )
+            ),
+            "time": np.concatenate((app["time"], pta["time"], ge["time"])),
+            "seq": np.concatenate((app["seq"], pta["seq"], ge["seq"])),
+            "device": np.concatenate((app["device"], pta["device"], ge["device"])),
+            "allocated": np.concatenate((none["app"], pta["allocated"], ge["allocated"])),
+            "reserved": np.concatenate((app["reserved"], pta["reserved"], ge["reserved"])),
+            "active": np.concatenate((none["app"], pta["active"], none["ge"])),
+            "stream": np.concatenate((none["app"], pta["stream"], none["ge"])),
+        }
+        tie = np.minimum(merged["component"], GE)  # APP, then PTA/WORKSPACE, then GE
+        tie = np.where(tie == WORKSPACE, PTA, tie)
+        merged = take(merged, np.lexsort((merged["seq"], tie, merged["time"])))
+        companions = self._companions(merged)
+        n = rows(merged)
+        has = companions.pop("has").astype(bool)
+        position = np.arange(n) + np.cumsum(has) - has  # each row, shifted by the companions before it
+        total = n + int(has.sum())
+        out = {name: np.empty(total, np.int64) for name in (*_LAST, "component", "time")}
+        for name, values in out.items():
+            values[position] = merged[name]
+            values[position[has] + 1] = companions[name][has]
+        return conform(
+            TABLES["memory_record"],
+            {
+                "device_id": out["device"].astype(np.int32),
+                "component": _labels(out["component"], COMPONENTS),
+                "time_ns": out["time"],
+                "total_allocated": nullable(out["allocated"]),
+                "total_reserved": nullable(out["reserved"]),
+                "total_active": nullable(out["active"]),
+                "stream_ptr": nullable(out["stream"]),
+                "device_type": _device_tags(out["device"]),
+            },
+        )
+
+    def _companions(self, merged: Columns) -> Columns:
+        """The PTA+GE row after each PTA and GE row: its totals plus the device's latest of the other.
+
+        Updates the latest PTA and GE totals per device.
+        """
+        n = rows(merged)
+        out = {name: np.full(n, NULL, np.int64) for name in (*_LAST, "component", "time", "has")}
+        out["has"][:] = 0
+        component = merged["component"]
+        for device in np.unique(merged["device"]).tolist():
+            mine = np.flatnonzero(merged["device"] == device)
+            kind = component[mine]
+            for own, other, last in ((PTA, GE, "_last_ge"), (GE, PTA, "_last_pta")):
+                rows_ = mine[kind == own]
+                if not rows_.size:
+                    continue
+                latest = np.maximum.accumulate(np.where(kind == other, mine, -1))[kind == own]
+                carried = find(getattr(self, last)["device"], np.full(rows_.size, device, np.int64))
+                partner = _partner(merged, latest, getattr(self, last), carried)
+                own_values = take(merged, rows_)
+                for name in ("allocated", "reserved", "active"):
+                    out[name][rows_] = np.where(
+                        partner["found"] == 0,
+                        own_values[name],
+                        np.where(
+                            (own_values[name] == NULL) | (partner[name] == NULL),
+                            np.where(partner[name] == NULL, own_values[name], partner[name]),
+                            own_values[name] + partner[name],
+                        ),
+                    )
+                out["stream"][rows_] = np.where(
+                    (own_values["stream"] == NULL) | (own_values["stream"] == 0),
+                    partner["stream"],
+                    own_values["stream"],
+                )
+                out["device"][rows_] = device
+                out["component"][rows_] = PTA_GE
+                out["time"][rows_] = own_values["time"]
+                out["has"][rows_] = 1
+            for kind_code, last in ((PTA, "_last_pta"), (GE, "_last_ge")):
+                mine_kind = mine[kind == kind_code]
+                if mine_kind.size:
+                    newest = take(merged, mine_kind[-1:])
+                    table: Columns = getattr(self, last)
+                    kept = take(table, table["device"] != device)
+                    setattr(self, last, _sorted_by_device(concat(kept, {c: newest[c] for c in _LAST})))
+        return out
+
+    def _prune(self, until: int) -> None:
+        """Forget ops, dequeue windows and enqueues no later record can reach."""
+        if until >= DONE:
+            self._ops, self._enq, self._deq = empty_columns(_OPS), empty_columns(_ENQ), empty_columns(_DEQ)
+            return
+        self._deq = take(self._deq, self._deq["end"] >= until)
+        enq = self._enq
+        reachable = np.isin(enq["corr"], self._deq["corr"]) | (enq["end"] >= horizon(until, self.lag))
+        self._enq = take(enq, reachable)
+        ops = self._ops
+        keep = (ops["start"] >= until) | (ops["end"] >= until)
+        before = np.flatnonzero((ops["candidate"] == 1) & (ops["start"] < until))
+        if before.size:
+            pid, tid, start = ops["pid"][before], ops["tid"][before], ops["start"][before]
+            order = np.lexsort((before, start, tid, pid))
+            last_of_thread = np.r_[
+                (pid[order][1:] != pid[order][:-1]) | (tid[order][1:] != tid[order][:-1]), True
+            ]
+            chain = before[order[last_of_thread]]
+            while chain.size:
+                keep[chain] = True
+                parent = ops["parent"][chain]
+                found = find(ops["id"], parent[parent != NULL])
+                found = found[found >= 0]
+                chain = found[~keep[found]]
+        self._ops = take(ops, keep)
+
+    def _report(self) -> None:
+        """Log the allocation records that never matched and the allocations left without a name."""
+        pta, ge = self._pta_state.counts, self._ge_state.counts
+        counts = {
+            **self._counts,
+            "pta_frees_without_malloc": int(pta[kernels.PTA_DROPPED]),
+            "pta_incomplete": int(pta[kernels.PTA_INCOMPLETE]),
+            "ge_releases_without_allocation": int(ge[kernels.GE_NO_ALLOCATION]),
+            "ge_allocations_replaced": int(ge[kernels.GE_REPLACED]),
+            "ge_zero_size": int(ge[kernels.GE_ZERO_SIZE]),
+            "ge_never_released": int(ge[kernels.GE_NEVER_FREED]),
+        }
+        lost = ("pta_frees_without_malloc", "ge_allocations_replaced", "ge_zero_size", "ge_short_records")
+        level = self._log.warning if any(counts[k] for k in (*lost, "unnamed")) else self._log.info
+        level(events.RECORDS_UNMATCHED, **counts)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> bytes:
+        return pack_state(
+            {
+                "pta": self._pta,
+                "ge": self._ge,
+                "app": self._app,
+                "seen": self._seen,
+                "pta_state": pack_keyed(self._pta_state, 2 * MALLOC + 1),
+                "ge_state": pack_keyed(self._ge_state, 1),
+                "pta_base": self._pta_base,
+                "ge_base": self._ge_base,
+                "ops": self._ops,
+                "enq": self._enq,
+                "deq": self._deq,
+                "names": self._names,
+                "last_pta": self._last_pta,
+                "last_ge": self._last_ge,
+                "counts": self._counts,
+            }
+        )
+
+    def restore(self, state: bytes) -> None:
+        doc = unpack_state(state)
+        self._reset()
+        self._pta, self._ge, self._app = doc["pta"], doc["ge"], doc["app"]
+        self._seen = doc["seen"]
+        self._pta_state = unpack_keyed(doc["pta_state"])
+        self._ge_state = unpack_keyed(doc["ge_state"])
+        self._pta_base, self._ge_base = doc["pta_base"], doc["ge_base"]
+        self._ops, self._enq, self._deq = doc["ops"], doc["enq"], doc["deq"]
+        self._names = list(doc["names"])
+        self._codes = {name: code for code, name in enumerate(self._names)}
+        self._last_pta, self._last_ge = doc["last_pta"], doc["last_ge"]
+        self._counts = dict(doc["counts"])
+
+
+def _sorted_by_device(table: Columns) -> Columns:
+    return take(table, np.argsort(table["device"], kind="stable"))
+
+
+def _partner(merged: Columns, latest: Int64Array, carried_table: Columns, carried: Int64Array) -> Columns:
+    """Totals of the other component's latest row: in this batch (``latest`` >= 0), else carried."""
+    names = ("allocated", "reserved", "active", "stream")
+    in_batch = gather(merged, latest, names)
+    in_state = gather(carried_table, np.where(latest >= 0, -1, carried), names)
+    out = {name: np.where(latest >= 0, b, s) for name, b, s in zip(names, in_batch, in_state, strict=True)}
+    out["found"] = ((latest >= 0) | (carried >= 0)).astype(np.int64)
+    return out
+
+
+class NpuMemory(Operator):
+    """Raw ``npu_mem_raw@<d>`` / ``npu_module_mem_raw@<d>`` feeds -> ``npu_mem@<d>`` / ``npu_module_mem@<d>``.
+
+    Row by row (module docstring), so a batch is emitted at the next :meth:`advance`. ``sources``
+    names which of the two families the device has.
+    """
+
+    SOURCES = ("npu_mem", "npu_module_mem")
+
+    def __init__(self, device_id: int, *, sources: Sequence[str] = SOURCES) -> None:
+        unknown = sorted(set(sources) - set(self.SOURCES))
+        if unknown or not sources:
+            msg = f"sources: expected some of {self.SOURCES}, got {list(sources)}"
+            raise ValueError(msg)
+        self.device_id = device_id
+        self._raw = {at(f"{s}_raw", device_id): s for s in self.SOURCES if s in sources}
+        self.inputs = tuple(self._raw)
+        self.outputs = tuple(at(s, device_id) for s in self._raw.values())
+        self._ready: list[Emit] = []
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        family = self._raw.get(stream)
+        if family is None:
+            msg = f"NpuMemory does not read {stream!r}"
+            raise KeyError(msg)
+        rows_ = self._npu_mem(batch) if family == "npu_mem" else self._module_mem(batch)
+        self._ready.append((at(family, self.device_id), rows_))
+
+    def _npu_mem(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        event = ints(batch.column("event"))
+        labels = {**EVENT_NAMES, **{int(e): str(e) for e in np.unique(event) if int(e) not in EVENT_NAMES}}
+        codes = np.searchsorted(sorted(labels), event)
+        return conform(
+            TABLES["npu_mem"],
+            {
+                "device_id": np.full(batch.num_rows, self.device_id, np.int32),
+                "event": _labels(codes, [labels[k] for k in sorted(labels)]),
+                "time_ns": batch.column("time_ns"),
+                "ddr_bytes": _unsigned_bytes(batch.column("ddr")),
+                "hbm_bytes": _unsigned_bytes(batch.column("hbm")),
+            },
+        )
+
+    def _module_mem(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        module = ints(batch.column("module_id"))
+        unique, index = np.unique(module, return_inverse=True)
+        names = [MODULE_NAMES.get(m, str(m)) for m in unique.tolist()]
+        return conform(
+            TABLES["npu_module_mem"],
+            {
+                "device_id": np.full(batch.num_rows, self.device_id, np.int32),
+                "component": _labels(index, names),
+                "time_ns": batch.column("time_ns"),
+                "total_reserved_bytes": _unsigned_bytes(batch.column("total_size")),
+            },
+        )
+
+    def advance(self, watermark: int) -> list[Emit]:
+        ready, self._ready = self._ready, []
+        return ready
+
+    def finish(self) -> list[Emit]:
+        return self.advance(DONE)
+
+    def snapshot(self) -> bytes:
+        return pack_state({"ready": [[name, batch] for name, batch in self._ready]})
+
+    def restore(self, state: bytes) -> None:
+        self._ready = [(name, table.to_batches()[0]) for name, table in unpack_state(state)["ready"]]

@@ -1,0 +1,262 @@
+"""Which feeds and operators produce each canonical table of one collection: the pipeline plan.
+
+Every operator the collection's data allows is declared once in :meth:`Planner._operators`; a
+request for some tables keeps only the operators those tables need (walking back from the
+wanted streams to the feeds) and opens only the feeds they read. Device tables are per device
+(``tasks@0``); host and framework tables (``api``, ``ops``, ``flows``, ``memory``,
+``memory_record``, ``api_statistic``) are not. A plan restricted to some devices gives the device
+tables of those devices alone, which is how devices run in separate processes.
+
+Graph, per device ``d`` (inputs present in the collection only):
+
+    hwts|stars_soc, aicore|ffts_profile, ts_track -> DeviceTasks -> device_tasks@d
+    device_tasks@d, task_track, api, node/tensor info -> HostJoin -> tasks@d
+    api, task_track, hccl_info, hccl_op_info, tasks@d -> Communication -> comm@d, comm_tasks@d
+    ts_track -> Steps -> steps@d;  ops, tasks@* -> FrameworkSteps -> framework_steps@*
+    tasks@d, comm@d, steps -> Overlap -> overlap@d, step_time@d
+    npu_mem, npu_module_mem -> NpuMemory -> npu_mem@d, npu_module_mem@d
+    tasks@d -> OpStatistic; comm@d -> CommStatistic
+and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
+FrameworkOps -> ops, flows; torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
+
+Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
+the 60000/60001 step markers, else model iterations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from profstream.codecs._base import OnInvalid
+from profstream.engine import discovery
+from profstream.engine.feeds import FeedSet
+from profstream.engine.operators import pmu
+from profstream.engine.operators.api import ApiEvents, Dictionaries
+from profstream.engine.operators.comm import Communication
+from profstream.engine.operators.device_tasks import DeviceTasks
+from profstream.engine.operators.framework_ops import FrameworkOps
+from profstream.engine.operators.host_join import HostJoin
+from profstream.engine.operators.memory import Memory, NpuMemory
+from profstream.engine.operators.overlap import Overlap, StepSource
+from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
+from profstream.engine.operators.steps import FrameworkSteps, Steps
+from profstream.engine.runtime import Feed, Operator, Pipeline, at
+from profstream.engine.sources import DEFAULT_CHUNK_BYTES
+from profstream.errors import InputPathError
+
+#: canonical tables kept per device
+DEVICE_TABLES = (
+    "tasks",
+    "comm",
+    "comm_tasks",
+    "steps",
+    "framework_steps",
+    "overlap",
+    "step_time",
+    "npu_mem",
+    "npu_module_mem",
+    "op_statistic",
+    "comm_statistic",
+)
+#: canonical tables of the host and framework side
+HOST_TABLES = ("api", "ops", "flows", "memory", "memory_record", "api_statistic")
+TABLE_NAMES = (*DEVICE_TABLES, *HOST_TABLES)
+
+#: device task logs and PMU families, in the order DeviceTasks reads them
+_TASK_LOGS = ("hwts", "hwts_aiv", "stars_soc")
+_PMU = ("aicore", "aiv", "ffts_profile")
+_TIMELESS_LEADER = {"aicore": "hwts", "aiv": "hwts_aiv"}
+_HOST_FEEDS = ("api_event", "task_track", "hccl_info", "hccl_op_info", "task_memory_info")
+#: unaging (static) and aging (dynamic) node info, merged into one time order by the feed
+_STREAMED_NODE_INFO = ("node_basic_info", "tensor_info")
+_FRAMEWORK_FEEDS = ("torch_op_range", "torch_op_mark", "torch_memory_usage")
+#: how long a torch op may last and still be nested in start order (FrameworkOps ``max_op_ns``):
+#: the framework reorder window, so the memory the op tree needs is bounded by this much of the run
+#: and not by the run's length. Longer ops (a ProfilerStep of more than 1 s) are still emitted,
+#: late and counted.
+FRAMEWORK_REORDER_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class _FeedSpec:
+    data_dir: discovery.DataDir
+    family: str
+    aging: bool | None = None
+    follows: str | None = None
+
+
+class Planner:
+    """Builds pipelines for one collection; see the module docstring."""
+
+    def __init__(
+        self,
+        collection: discovery.Profile,
+        *,
+        devices: Sequence[int] | None = None,
+        on_invalid: OnInvalid = "error",
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        positions: dict[str, Any] | None = None,
+    ) -> None:
+        self.collection = collection
+        self.feedset = FeedSet(
+            collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, positions=positions
+        )
+        known = [d.device_id for d in collection.devices if d.device_id is not None]
+        chosen = known if devices is None else [d for d in known if d in devices]
+        if devices is not None and len(chosen) != len(set(devices)):
+            missing = sorted(set(devices) - set(known))
+            msg = f"no device {missing} in {collection.path} (devices: {known})"
+            raise InputPathError(msg)
+        self.devices = tuple(chosen)
+        self._feeds = self._feed_specs()
+        host = collection.host
+        self.dictionaries = Dictionaries(
+            hashes=self.feedset.table(host, "hash_dic"), types=self.feedset.table(host, "type_info_dic")
+        )
+
+    # -- feeds --------------------------------------------------------------------------------
+
+    def _feed_specs(self) -> dict[str, _FeedSpec]:
+        specs: dict[str, _FeedSpec] = {}
+        fs, host, framework = self.feedset, self.collection.host, self.collection.framework
+        for family in _HOST_FEEDS:
+            if host is not None and fs.has(host, family):
+                specs[family] = _FeedSpec(host, family)
+        for family in _STREAMED_NODE_INFO:
+            if host is not None and fs.has(host, family):
+                specs[family] = _FeedSpec(host, family)
+        for family in _FRAMEWORK_FEEDS:
+            if framework is not None and fs.has(framework, family):
+                specs[family] = _FeedSpec(framework, family)
+        for device_id in self.devices:
+            data_dir = self.collection.device(device_id)
+            for family in (*_TASK_LOGS, *_PMU, "ts_track"):
+                if fs.has(data_dir, family):
+                    leader = _TIMELESS_LEADER.get(family)
+                    specs[at(family, device_id)] = _FeedSpec(
+                        data_dir, family, follows=None if leader is None else at(leader, device_id)
+                    )
+            for family in NpuMemory.SOURCES:
+                if fs.has(data_dir, family):
+                    specs[at(f"{family}_raw", device_id)] = _FeedSpec(data_dir, family)
+        return specs
+
+    def _open_feed(self, name: str) -> Feed:
+        spec = self._feeds[name]
+        return self.feedset.feed(
+            spec.data_dir, spec.family, name=name, aging=spec.aging, follows=spec.follows
+        )
+
+    # -- operators ----------------------------------------------------------------------------
+
+    def metric_columns(self, device_id: int) -> list[str]:
+        """The PMU metric columns of a device's ``tasks`` (its ``aic_metrics`` group)."""
+        metadata = self.collection.device(device_id).metadata
+        if metadata is None or metadata.sample is None:
+            return []
+        return list(pmu.layout_of(metadata).columns)
+
+    def _has(self, *names: str) -> bool:
+        return all(n in self._feeds for n in names)
+
+    def _operators(self) -> list[Operator]:
+        ops: list[Operator] = []
+        if self._has("api_event"):
+            ops += [ApiEvents(self.dictionaries), ApiStatistic()]
+        framework = self._has("torch_op_range")
+        for d in self.devices:
+            data_dir = self.collection.device(d)
+            if data_dir.metadata is None:
+                continue
+            families = {f for f in (*_TASK_LOGS, *_PMU, "ts_track") if at(f, d) in self._feeds}
+            if families & set(_TASK_LOGS) and self._has("task_track"):
+                streamed = [n for n in ("api", *_STREAMED_NODE_INFO) if n == "api" or self._has(n)]
+                if not self._has("api_event"):
+                    streamed.remove("api")
+                ops += [
+                    DeviceTasks(d, data_dir.metadata, families),
+                    HostJoin(
+                        d,
+                        self.dictionaries,
+                        metric_columns=self.metric_columns(d),
+                        streamed=streamed,
+                    ),
+                    OpStatistic(d),
+                ]
+                if self._has("api_event", "hccl_info"):
+                    ops += [
+                        Communication(d, self.dictionaries, op_info=self._has("hccl_op_info")),
+                        CommStatistic(d),
+                        Overlap(d, self._step_source(d, framework)),
+                    ]
+            if at("ts_track", d) in self._feeds:
+                ops.append(Steps(d))
+            sources = [s for s in NpuMemory.SOURCES if at(f"{s}_raw", d) in self._feeds]
+            if sources:
+                ops.append(NpuMemory(d, sources=sources))
+        joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
+        if framework:
+            ops += [
+                FrameworkOps(joined, task_queue=self._has("torch_op_mark"), max_op_ns=FRAMEWORK_REORDER_NS),
+                FrameworkSteps(joined),
+            ]
+        memory_inputs = {
+            "pta": self._has("torch_memory_usage", "torch_op_range"),
+            "ge": self._has("task_memory_info"),
+        }
+        if any(memory_inputs.values()):
+            ops.append(
+                Memory(
+                    self.devices,
+                    **memory_inputs,
+                    app_devices=[d for d in self.devices if at("npu_mem_raw", d) in self._feeds],
+                    hashes=self.dictionaries.hashes,
+                )
+            )
+        return ops
+
+    def _step_source(self, device_id: int, framework: bool) -> StepSource | None:
+        if framework:
+            return StepSource("framework_steps", "framework")
+        if at("ts_track", device_id) in self._feeds:
+            return StepSource("steps", "step")
+        return None
+
+    # -- pipelines -----------------------------------------------------------------------------
+
+    def streams(self, tables: Iterable[str]) -> list[str]:
+        """The stream names of ``tables`` in this plan (device tables once per device)."""
+        names = []
+        for table in tables:
+            if table not in TABLE_NAMES:
+                msg = f"unknown table {table!r}; tables: {', '.join(TABLE_NAMES)}"
+                raise ValueError(msg)
+            names += [at(table, d) for d in self.devices] if table in DEVICE_TABLES else [table]
+        return names
+
+    def pipeline(self, tables: Iterable[str]) -> tuple[Pipeline, list[str]]:
+        """A pipeline producing ``tables`` and the streams of them it actually produces."""
+        operators = self._operators()
+        producer = {name: op for op in operators for name in op.outputs}
+        wanted = [s for s in self.streams(tables) if s in producer]
+        needed: dict[int, Operator] = {}
+        feeds: set[str] = set()
+        todo = list(wanted)
+        while todo:
+            name = todo.pop()
+            if name in self._feeds:
+                feeds.add(name)
+                follows = self._feeds[name].follows
+                if follows is not None:
+                    todo.append(follows)
+                continue
+            op = producer.get(name)
+            if op is None or id(op) in needed:
+                continue
+            needed[id(op)] = op
+            todo += list(op.inputs)
+        kept = [op for op in operators if id(op) in needed]
+        ordered = sorted(feeds, key=lambda n: self._feeds[n].follows is not None)  # leaders first
+        return Pipeline([self._open_feed(n) for n in ordered], kept), wanted

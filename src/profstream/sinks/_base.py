@@ -1,0 +1,241 @@
+"""What every sink shares: the open/write/close lifecycle and files that appear only when complete.
+
+A sink writes each of its files under a hidden temporary name (``.{stem}.{pid}.{token}.part``) in
+the final directory and renames it (``os.replace``, atomic on one filesystem) only when
+:meth:`Sink.close` succeeds, so a reader never mistakes a partial file for a finished one: msprof's
+consumers pick ``^msprof_\\d{14}\\.json$`` and ``*.csv`` names (msprof_outputs.md §1.2), and
+pyarrow.dataset and DuckDB skip dot files. :meth:`Sink.abort` (called by ``with`` on an exception)
+removes the temporary files. Sliced outputs (msprof's ``{module}_slice_{n}_{ts}`` files) learn their
+final names only at close, when the number of slices is known (``csv_writer.cpp`` omits ``_slice_``
+when the whole table fits one file); a :data:`SliceNaming` callback gives them.
+
+Errors while writing raise :class:`~profstream.errors.SinkError` naming the file; a sink whose file
+failed is aborted at once, since what it holds can no longer be trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Self
+
+import pyarrow as pa
+
+from profstream.errors import SchemaMismatchError, SinkError
+
+#: ``(index, count) -> file name`` of slice ``index`` (from 0) out of ``count`` slices
+SliceNaming = Callable[[int, int], str]
+
+
+def msprof_slice_names(module: str, timestamp: str, suffix: str) -> SliceNaming:
+    """msprof's names: ``{module}_{ts}{suffix}``, or ``{module}_slice_{n}_{ts}{suffix}`` when sliced.
+
+    msprof_outputs.md §1.2 (AM ``common_func/file_slice_helper.py``, ``csv_writer.cpp``
+    ``GetSliceFileName``); ``suffix`` includes the dot (``.csv``, ``.json``).
+    """
+
+    def name(index: int, count: int) -> str:
+        if count == 1:
+            return f"{module}_{timestamp}{suffix}"
+        return f"{module}_slice_{index}_{timestamp}{suffix}"
+
+    return name
+
+
+def sink_error(path: Path, err: OSError, action: str) -> SinkError:
+    """A :class:`SinkError` that says what failed on which file, keeping the OS reason."""
+    reason = err.strerror or str(err)
+    return SinkError(f"cannot {action} {path}: {reason}")
+
+
+class StagedFile:
+    """One output file, written under a hidden temporary name next to where it will live."""
+
+    def __init__(self, directory: Path, stem: str) -> None:
+        self.directory = directory
+        self.temp = directory / f".{stem}.{os.getpid()}.{secrets.token_hex(4)}.part"
+        self.bytes_written = 0
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._file: IO[bytes] | None = self.temp.open("xb")
+        except OSError as err:
+            raise sink_error(self.temp, err, "create") from err
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Append ``data``; the file must still be open."""
+        if self._file is None:
+            msg = f"{self.temp} is already finished"
+            raise SinkError(msg)
+        try:
+            self._file.write(data)
+        except OSError as err:
+            raise sink_error(self.temp, err, "write") from err
+        self.bytes_written += len(data)
+
+    def finish(self) -> None:
+        """Close the file handle; the data stays under the temporary name until :meth:`commit`."""
+        if self._file is not None:
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError as err:
+                raise sink_error(self.temp, err, "write") from err
+
+    def commit(self, name: str) -> Path:
+        """Finish and rename to ``name`` in the same directory (replacing an older file of that name)."""
+        self.finish()
+        final = self.directory / name
+        try:
+            self.temp.replace(final)
+        except OSError as err:
+            raise sink_error(final, err, "rename into") from err
+        return final
+
+    def discard(self) -> None:
+        """Close and remove the temporary file; never raises for a file that is already gone."""
+        if self._file is not None:
+            file, self._file = self._file, None
+            with contextlib.suppress(OSError):  # the file is thrown away: its flush error does not matter
+                file.close()
+        self.temp.unlink(missing_ok=True)
+
+
+class SlicedOutput:
+    """The files of one sliced output: opened in order, named by ``naming`` when committed.
+
+    Temporary names start with the single-file name (``.op_summary_{ts}.csv.0.…part``), so an
+    error message says which output it was.
+    """
+
+    def __init__(self, directory: Path, naming: SliceNaming) -> None:
+        self.directory = directory
+        self.naming = naming
+        self.stem = naming(0, 1)
+        self.files: list[StagedFile] = []
+
+    def new_file(self) -> StagedFile:
+        """Open the next slice (after finishing the current one)."""
+        if self.files:
+            self.files[-1].finish()
+        staged = StagedFile(self.directory, f"{self.stem}.{len(self.files)}")
+        self.files.append(staged)
+        return staged
+
+    def commit(self) -> list[Path]:
+        """Rename every slice to its final name; the names depend on how many slices there are.
+
+        If one rename fails, the slices already renamed are removed again: an output appears whole
+        or not at all.
+        """
+        count = len(self.files)
+        done: list[Path] = []
+        try:
+            for index, staged in enumerate(self.files):
+                done.append(staged.commit(self.naming(index, count)))
+        except SinkError:
+            for path in done:
+                path.unlink(missing_ok=True)
+            raise
+        return done
+
+    def discard(self) -> None:
+        """Remove every slice written so far."""
+        for staged in self.files:
+            staged.discard()
+
+
+class Sink(ABC):
+    """The lifecycle every sink shares: write, then :meth:`close` (commit) or :meth:`abort`.
+
+    ``close`` and ``abort`` are idempotent, and either ends the sink. As a context manager a sink
+    closes on normal exit and aborts when the block raises.
+    """
+
+    def __init__(self) -> None:
+        self._status = "open"
+        self.paths: list[Path] = []  #: the final files, once closed
+
+    @property
+    def closed(self) -> bool:
+        """True once the sink was closed or aborted."""
+        return self._status != "open"
+
+    def close(self) -> None:
+        """Finish every file and give it its final name; a failure aborts and re-raises."""
+        if self.closed:
+            return
+        with self._guard():
+            self.paths = self._commit()
+        self._status = "closed"
+
+    def abort(self) -> None:
+        """Remove every temporary file; nothing of this sink appears under a final name."""
+        if self.closed:
+            return
+        self._status = "aborted"
+        self._discard()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _require_open(self) -> None:
+        if self.closed:
+            msg = f"{type(self).__name__} is already {self._status}"
+            raise SinkError(msg)
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Abort on a failed write: a file that saw an I/O error holds an unknown prefix."""
+        try:
+            yield
+        except BaseException:
+            self.abort()
+            raise
+
+    @abstractmethod
+    def _commit(self) -> list[Path]:
+        """Flush, finish and rename every file; return the final paths."""
+
+    @abstractmethod
+    def _discard(self) -> None:
+        """Remove every temporary file."""
+
+
+class TableSink(Sink):
+    """A sink of record batches of one schema, fixed when it opens."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        super().__init__()
+        self.schema = schema
+        self.rows_written = 0
+
+    def write(self, data: pa.RecordBatch | pa.Table) -> None:
+        """Write a batch (or every batch of a table); its schema must equal the sink's."""
+        self._require_open()
+        if not data.schema.equals(self.schema):
+            msg = f"expected batches of schema\n{self.schema}\ngot\n{data.schema}"
+            raise SchemaMismatchError(msg)
+        batches = data.to_batches() if isinstance(data, pa.Table) else [data]
+        with self._guard():
+            for batch in batches:
+                if batch.num_rows:
+                    self._write(batch)
+                    self.rows_written += batch.num_rows
+
+    @abstractmethod
+    def _write(self, batch: pa.RecordBatch) -> None:
+        """Write one non-empty batch of the sink's schema."""

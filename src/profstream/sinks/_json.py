@@ -1,0 +1,614 @@
+"""JSON objects rendered straight from Arrow columns by a numba byte writer.
+
+Building one Python object per event and serialising it runs at about 20 MB/s; formatting from
+columns into a reused byte buffer runs at about 330 MB/s (peers.md §5.4). A :class:`Template` lists
+the members of the object every row becomes (``"name"``, ``"pid"``, ...; nested ``"args"``) and
+turns each column into one of four shapes the kernel understands:
+
+* ``INT``: int64 values and a validity mask, printed as decimal integers;
+* ``TS``: int64 ns printed as a JSON string of microseconds with exactly three decimals
+  (``"1.500"``; msprof's timeline ``ts``, msprof_outputs.md §3.2), or with the TAB that msprof
+  appends to summary timestamps (``"1.500\\t"``, ``_format``);
+* ``DUR``: int64 ns printed as the exact microsecond number without trailing zeros (``12.34``,
+  ``12.0``): what msprof's double ``dur`` prints as, without binary rounding;
+* ``TEXT``: a table of pre-rendered JSON texts and a row -> entry index (-1 when absent). Strings
+  are escaped and quoted once per *table entry*, so a dictionary column (names repeat) costs one
+  escape per distinct value and a byte copy per row. Floats are Arrow's shortest text (see
+  ``_format``), booleans ``true``/``false``.
+
+A column of length 1 (or a Python scalar) applies to every row. An absent value either drops the
+member (the Chrome trace convention for optional keys) or prints the member's null text
+(``"N/A"`` in summaries).
+
+Escaping follows ``json.dumps(..., ensure_ascii=False)``: ``"`` and ``\\`` are backslash-escaped,
+``\\b \\f \\n \\r \\t`` get their short forms, other bytes below 0x20 become ``\\u00XX``, and
+everything else (UTF-8 included) is copied as is. Control characters that leak into names are a
+known cause of traces that viewers refuse (peers.md §2, pytorch/pytorch#130622).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, TypeVar, cast
+
+import numba
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream.sinks._format import float_text, is_text
+
+U8 = npt.NDArray[np.uint8]
+I64 = npt.NDArray[np.int64]
+
+#: what a column may be given as: an Arrow or numpy array (one value per row) or a scalar (all rows)
+ColumnLike: TypeAlias = pa.Array | pa.ChunkedArray | np.ndarray | int | float | str | bool | None
+
+# member kinds of a compiled template
+OP_LIT = 0  # a constant member: the literal holds key and value
+OP_INT = 1
+OP_TS = 2
+OP_DUR = 3
+OP_TEXT = 4
+OP_OPEN = 5  # ``"key":{`` opening a nested object
+OP_CLOSE = 6
+OP_TS_TAB = 7  # OP_TS with msprof's summary TAB before the closing quote: "1.500\t"
+
+# renderer state slots (an int64 array the kernel updates in place)
+S_ROW = 0  # next row to render
+S_POS = 1  # bytes used in the output buffer
+S_IN_FILE = 2  # events already in the file (a separator goes before the next one)
+S_DATA_IN_FILE = 3  # events rendered into the file since it opened (the first one may be oversize)
+S_EVENTS_LEFT = 4  # events the file may still take
+S_FILE_LEFT = 5  # bytes the file may still take
+S_BUDGET_LEFT = 6  # bytes the whole output may still take
+S_REASON = 7
+S_PENDING = 8  # size of the event that did not fit
+STATE_SLOTS = 9
+
+# why the kernel returned
+DONE = 0  # every row rendered
+BUFFER_FULL = 1  # flush the buffer and call again
+FILE_FULL = 2  # the event in S_PENDING belongs in the next file
+BUDGET_FULL = 3  # the event in S_PENDING exceeds the total budget
+
+I64_MAX = int(np.iinfo(np.int64).max)
+#: a bound that never binds
+UNLIMITED = I64_MAX // 4
+
+_INT_WIDTH = 20  # "-9223372036854775808"
+_MICROS_WIDTH = 25  # '"-9223372036854775.808\\t"'
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: 10**k for k in 0..18: digits are counted by comparison (a division per digit costs twice as much)
+_POWERS = np.array([10**k for k in range(19)], np.int64)
+
+#: no per-event end positions wanted
+NO_ENDS = np.zeros(0, np.int64)
+#: no separator between events (read-only, like every separator made from bytes)
+NO_SEPARATOR = np.frombuffer(b"", np.uint8)
+
+
+def _njit(fn: _F) -> _F:
+    """``numba.njit(cache=True, nogil=True)``, keeping the signature for mypy."""
+    return cast(_F, numba.njit(cache=True, nogil=True)(fn))
+
+
+def _inline(fn: _F) -> _F:
+    """:func:`_njit` for per-byte helpers, inlined into their callers (a call costs more than the work)."""
+    return cast(_F, numba.njit(cache=True, nogil=True, inline="always")(fn))
+
+
+# ---------------------------------------------------------------------------------------- kernels
+
+
+@_inline
+def _copy(out: U8, pos: int, src: U8, start: int, end: int) -> int:
+    for k in range(start, end):
+        out[pos] = src[k]
+        pos += 1
+    return pos
+
+
+@_inline
+def _put_digits(out: U8, pos: int, value: int) -> int:
+    """Decimal digits of ``value`` >= 0."""
+    width = 1
+    while width < 19 and value >= _POWERS[width]:
+        width += 1
+    end = pos + width
+    k = end - 1
+    while k >= pos:
+        out[k] = 48 + value % 10
+        value //= 10
+        k -= 1
+    return end
+
+
+@_inline
+def _magnitude(value: int, unit: int) -> tuple[int, int]:
+    """``|value|`` split as (``|value| // unit``, ``|value| % unit``) without overflowing at int64 min."""
+    if value >= 0:
+        return value // unit, value % unit
+    rest = -(value + 1)  # |value| - 1 always fits
+    carry = rest % unit + 1
+    return rest // unit + carry // unit, carry % unit
+
+
+@_inline
+def _put_int(out: U8, pos: int, value: int) -> int:
+    if value < 0:
+        out[pos] = 45  # '-'
+        pos += 1
+    head, last = _magnitude(value, 10)
+    if head:
+        pos = _put_digits(out, pos, head)
+    out[pos] = 48 + last
+    return pos + 1
+
+
+@_inline
+def _put_micros(out: U8, pos: int, ns: int, trim: bool) -> int:
+    """``ns`` as microseconds: 3 decimals, or (``trim``) without trailing zeros but with one decimal."""
+    if ns < 0:
+        out[pos] = 45
+        pos += 1
+    whole, frac = _magnitude(ns, 1000)
+    pos = _put_digits(out, pos, whole)
+    out[pos] = 46  # '.'
+    out[pos + 1] = 48 + frac // 100
+    out[pos + 2] = 48 + frac // 10 % 10
+    out[pos + 3] = 48 + frac % 10
+    if not trim or frac % 10:
+        return pos + 4
+    if frac % 100:
+        return pos + 3
+    return pos + 2
+
+
+@_njit
+def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
+    """Every string of an Arrow (offsets, data) pair as JSON text, quoted when ``quote``."""
+    count = offsets.size - 1
+    extra = 2 if quote else 0
+    size = 0
+    for k in range(offsets[0], offsets[count]):
+        b = data[k]
+        if b in (34, 92, 8, 9, 10, 12, 13):
+            size += 2
+        elif b < 32:
+            size += 6
+        else:
+            size += 1
+    out_offsets = np.empty(count + 1, np.int64)
+    out = np.empty(size + extra * count, np.uint8)
+    pos = 0
+    hexdigits = b"0123456789abcdef"
+    for i in range(count):
+        out_offsets[i] = pos
+        if quote:
+            out[pos] = 34
+            pos += 1
+        for k in range(offsets[i], offsets[i + 1]):
+            b = data[k]
+            if b >= 32 and b not in (34, 92):
+                out[pos] = b
+                pos += 1
+                continue
+            out[pos] = 92
+            if b in (34, 92):
+                out[pos + 1] = b
+            elif b == 8:
+                out[pos + 1] = 98  # b
+            elif b == 9:
+                out[pos + 1] = 116  # t
+            elif b == 10:
+                out[pos + 1] = 110  # n
+            elif b == 12:
+                out[pos + 1] = 102  # f
+            elif b == 13:
+                out[pos + 1] = 114  # r
+            else:
+                out[pos + 1] = 117  # u
+                out[pos + 2] = 48
+                out[pos + 3] = 48
+                out[pos + 4] = hexdigits[b >> 4]
+                out[pos + 5] = hexdigits[b & 15]
+                pos += 4
+            pos += 2
+        if quote:
+            out[pos] = 34
+            pos += 1
+    out_offsets[count] = pos
+    return out_offsets, out
+
+
+@_inline
+def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
+    """One JSON object for ``row`` at ``pos``; returns the position after it."""
+    kinds, col_of, lit_start, lit_end, null_start, null_end, lits, member_sep = prog
+    ints, int_start, int_step, valid, valid_start, valid_step, index, index_start, index_step = cols[:9]
+    table_base, table_offsets, table_data = cols[9:]
+    out[pos] = 123  # '{'
+    pos += 1
+    first = True
+    for op in range(kinds.size):
+        kind = kinds[op]
+        if kind == OP_CLOSE:
+            out[pos] = 125
+            pos += 1
+            first = False
+            continue
+        col = col_of[op]
+        absent = False
+        entry = 0
+        if kind == OP_TEXT:
+            entry = index[index_start[col] + row * index_step[col]]
+            absent = entry < 0
+        elif kind not in (OP_LIT, OP_OPEN):
+            absent = valid[valid_start[col] + row * valid_step[col]] == 0
+        if absent and null_start[op] == null_end[op]:
+            continue  # an absent optional member is left out
+        if not first:
+            pos = _copy(out, pos, member_sep, 0, member_sep.size)
+        pos = _copy(out, pos, lits, lit_start[op], lit_end[op])
+        first = kind == OP_OPEN
+        if kind in (OP_LIT, OP_OPEN):
+            continue
+        if absent:
+            pos = _copy(out, pos, lits, null_start[op], null_end[op])
+        elif kind == OP_TEXT:
+            slot = table_base[col] + entry
+            pos = _copy(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
+        else:
+            value = ints[int_start[col] + row * int_step[col]]
+            if kind == OP_INT:
+                pos = _put_int(out, pos, value)
+            elif kind in (OP_TS, OP_TS_TAB):
+                out[pos] = 34
+                pos = _put_micros(out, pos + 1, value, False)
+                if kind == OP_TS_TAB:
+                    out[pos] = 92  # the escaped TAB of msprof's summary timestamps
+                    out[pos + 1] = 116
+                    pos += 2
+                out[pos] = 34
+                pos += 1
+            else:
+                pos = _put_micros(out, pos, value, True)
+    out[pos] = 125
+    return pos + 1
+
+
+@_njit
+def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only arguments)
+    rows: int, prog: Any, cols: Any, event_sep: U8, out: U8, state: I64, max_event: int, ends: I64
+) -> None:
+    """Render rows from ``state[S_ROW]`` into ``out`` until done, the buffer is full or a limit binds.
+
+    Each event is preceded by ``event_sep`` unless it is the first of its file. An event that would
+    exceed the budget stops with BUDGET_FULL; one that would exceed the file's bytes or event count
+    stops with FILE_FULL, unless it is the first event of this kind of call in the file (a file
+    always takes one event, however large). ``ends[row]``, when given, receives each event's end.
+    """
+    row = state[S_ROW]
+    pos = state[S_POS]
+    state[S_REASON] = DONE
+    while row < rows:
+        if pos + max_event > out.size:
+            state[S_REASON] = BUFFER_FULL
+            break
+        start = pos
+        if state[S_IN_FILE]:
+            pos = _copy(out, pos, event_sep, 0, event_sep.size)
+        pos = _render_row(row, prog, cols, out, pos)
+        size = pos - start
+        full = size > state[S_FILE_LEFT] or state[S_EVENTS_LEFT] <= 0
+        if size > state[S_BUDGET_LEFT] or (full and state[S_DATA_IN_FILE]):
+            state[S_REASON] = BUDGET_FULL if size > state[S_BUDGET_LEFT] else FILE_FULL
+            state[S_PENDING] = size
+            pos = start
+            break
+        state[S_BUDGET_LEFT] -= size
+        state[S_FILE_LEFT] -= size
+        state[S_EVENTS_LEFT] -= 1
+        state[S_IN_FILE] += 1
+        state[S_DATA_IN_FILE] += 1
+        if ends.size:
+            ends[row] = pos
+        row += 1
+    state[S_ROW] = row
+    state[S_POS] = pos
+
+
+# ------------------------------------------------------------------------------- column encoding
+
+
+@dataclass(frozen=True)
+class _Ints:
+    values: I64  # one per row, or one for all rows
+    valid: U8
+
+
+@dataclass(frozen=True)
+class _Texts:
+    offsets: I64  # entry k spans data[offsets[k]:offsets[k + 1]]
+    data: U8
+    index: I64  # per row (or one for all rows): the entry, -1 when absent
+
+    @property
+    def widest(self) -> int:
+        return int(np.diff(self.offsets).max(initial=0))
+
+
+Role = Literal["auto", "ts", "ts_tab", "dur"]
+_TIME_OPS = {"ts": OP_TS, "ts_tab": OP_TS_TAB, "dur": OP_DUR}
+
+
+def as_arrow(value: ColumnLike, rows: int, name: str) -> pa.Array:
+    """``value`` as an Arrow array of ``rows`` values, or of one value that applies to every row."""
+    if isinstance(value, pa.ChunkedArray):
+        array = value.combine_chunks() if value.num_chunks != 1 else value.chunk(0)
+    elif isinstance(value, pa.Array):
+        array = value
+    elif isinstance(value, np.ndarray):
+        array = pa.array(value)
+    else:
+        array = pa.array([value])
+    if len(array) not in (rows, 1):
+        msg = f"column {name!r}: expected {rows} values (or one for all rows), got {len(array)}"
+        raise ValueError(msg)
+    return array
+
+
+def _fits_int64(array: pa.Array) -> bool:
+    """False for a uint64 column holding a value above the int64 range (it is printed as text)."""
+    if not pa.types.is_uint64(array.type) or not len(array):
+        return True
+    return int(pc.max(array).as_py() or 0) <= I64_MAX
+
+
+def _validity(array: pa.Array) -> U8:
+    if not array.null_count:
+        return np.ones(1, np.uint8)
+    return np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), np.uint8)
+
+
+def int_values(array: pa.Array, name: str) -> I64:
+    """An integer column as int64 numpy, nulls as 0 (the validity is kept apart)."""
+    if not pa.types.is_integer(array.type):
+        msg = f"column {name!r}: expected integers, got {array.type}"
+        raise ValueError(msg)
+    if not _fits_int64(array):
+        msg = f"column {name!r}: value {pc.max(array).as_py()} does not fit int64"
+        raise ValueError(msg)
+    return np.ascontiguousarray(pc.cast(array, pa.int64()).fill_null(0).to_numpy(), np.int64)
+
+
+def _string_table(strings: pa.Array, quote: bool) -> tuple[I64, U8]:
+    """Arrow strings as an escaped (or raw, when not ``quote``) text table."""
+    large = pc.cast(strings, pa.large_string())
+    offsets = np.frombuffer(large.buffers()[1], np.int64)[large.offset : large.offset + len(large) + 1]
+    data_buffer = large.buffers()[2]
+    data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
+    if not quote:
+        return np.ascontiguousarray(offsets), data
+    return escape_table(np.ascontiguousarray(offsets), data, True)
+
+
+def _texts(array: pa.Array, name: str) -> _Texts:
+    """A non-integer column as a text table and a row index."""
+    if pa.types.is_dictionary(array.type):
+        table = _texts(array.dictionary, name)
+        index = pc.cast(array.indices, pa.int64()).fill_null(-1).to_numpy()
+        if (table.index < 0).any():  # an absent dictionary entry (null, NaN) is an absent value too
+            index = np.where(table.index[np.maximum(index, 0)] < 0, -1, index)
+        return _Texts(table.offsets, table.data, np.ascontiguousarray(index, np.int64))
+    kind = array.type
+    if is_text(kind):
+        offsets, data = _string_table(array, quote=True)
+    elif pa.types.is_floating(kind):
+        array = float_text(array)  # NaN and infinities become absent
+        offsets, data = _string_table(array, quote=False)
+    elif pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind):
+        offsets, data = _string_table(pc.cast(array, pa.string()), quote=False)
+    else:
+        msg = f"column {name!r}: no JSON form for {kind}"
+        raise ValueError(msg)
+    index = np.arange(len(array), dtype=np.int64)
+    if array.null_count:
+        index[~np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False))] = -1
+    return _Texts(offsets, data, index)
+
+
+def _encode(value: ColumnLike, rows: int, name: str, role: Role) -> tuple[int, _Ints | _Texts]:
+    array = as_arrow(value, rows, name)
+    if array.type == pa.null():
+        if role != "auto":
+            array = array.cast(pa.int64())
+        else:
+            return OP_TEXT, _Texts(np.zeros(1, np.int64), np.zeros(0, np.uint8), np.full(1, -1, np.int64))
+    if role != "auto":
+        return _TIME_OPS[role], _Ints(int_values(array, name), _validity(array))
+    if pa.types.is_integer(array.type) and _fits_int64(array):
+        return OP_INT, _Ints(int_values(array, name), _validity(array))
+    return OP_TEXT, _texts(array, name)
+
+
+# ------------------------------------------------------------------------------------- templates
+
+
+def json_text(value: str) -> bytes:
+    """A Python string as JSON text, with the kernel's escaping (see the module docstring)."""
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A template's arrays in the layout :func:`render_rows` takes."""
+
+    rows: int
+    prog: tuple[Any, ...]
+    cols: tuple[Any, ...]
+    max_event: int  # an upper bound of one event's bytes, separator included
+
+    def render(self, event_sep: U8, out: U8, state: I64, ends: I64 = NO_ENDS) -> int:
+        """Run :func:`render_rows` from ``state``; returns why it stopped (``DONE``, ``BUFFER_FULL``, ...)."""
+        render_rows(self.rows, self.prog, self.cols, event_sep, out, state, self.max_event, ends)
+        return int(state[S_REASON])
+
+
+class Template:
+    """The members of the JSON object that every row becomes, in order.
+
+    ``key_sep``/``member_sep`` are the texts between a key and its value and between members (``:``
+    and ``,`` for compact output, ``": "`` and ``", "`` for Python ``json.dump``'s).
+    """
+
+    def __init__(self, rows: int, *, key_sep: str = ":", member_sep: str = ",") -> None:
+        self.rows = rows
+        self._key_sep = key_sep
+        self._member_sep = member_sep.encode()
+        self._lits = bytearray()
+        self._ops: list[tuple[int, int, int, int, int, int]] = []  # kind, col, lit, lit end, null, end
+        self._ints: list[_Ints] = []
+        self._texts: list[_Texts] = []
+        self._depth = 0
+
+    def _literal(self, text: bytes) -> tuple[int, int]:
+        start = len(self._lits)
+        self._lits += text
+        return start, len(self._lits)
+
+    def _key(self, key: str) -> bytes:
+        return json_text(key) + self._key_sep.encode()
+
+    def constant(self, key: str, value: str | int) -> None:
+        """A member whose value is the same JSON string or integer in every row."""
+        text = json_text(value) if isinstance(value, str) else str(int(value)).encode()
+        start, end = self._literal(self._key(key) + text)
+        self._ops.append((OP_LIT, 0, start, end, 0, 0))
+
+    def member(
+        self,
+        key: str,
+        value: ColumnLike,
+        *,
+        role: Role = "auto",
+        null: str | None = None,
+        required: bool = False,
+    ) -> None:
+        """A member from a column; roles ``ts``/``ts_tab``/``dur`` read int64 ns (module docstring).
+
+        An absent value leaves the member out when ``null`` is None, else prints ``null`` as a
+        JSON string; a ``required`` member refuses absent values.
+        """
+        kind, encoded = _encode(value, self.rows, key, role)
+        absent = (encoded.valid == 0) if isinstance(encoded, _Ints) else (encoded.index < 0)
+        if required and absent.any():
+            msg = f"column {key!r} has absent values; every event needs one"
+            raise ValueError(msg)
+        if isinstance(encoded, _Ints):
+            col = len(self._ints)
+            self._ints.append(encoded)
+        else:
+            col = len(self._texts)
+            self._texts.append(encoded)
+        start, end = self._literal(self._key(key))
+        null_start, null_end = self._literal(b"" if null is None else json_text(null))
+        self._ops.append((kind, col, start, end, null_start, null_end))
+
+    def open(self, key: str) -> None:
+        """Start a nested object ``key``; members up to :meth:`close` go inside it."""
+        start, end = self._literal(self._key(key) + b"{")
+        self._ops.append((OP_OPEN, 0, start, end, 0, 0))
+        self._depth += 1
+
+    def close(self) -> None:
+        """End the nested object opened last."""
+        if not self._depth:
+            msg = "close() without a matching open()"
+            raise ValueError(msg)
+        self._ops.append((OP_CLOSE, 0, 0, 0, 0, 0))
+        self._depth -= 1
+
+    def compile(self, event_sep: int = 0) -> Compiled:
+        """The arrays of the kernel; ``event_sep`` bytes go before every event but a file's first."""
+        if self._depth:
+            msg = "an open() has no matching close()"
+            raise ValueError(msg)
+        ops = np.array(self._ops, np.int64).reshape(-1, 6)
+        lits = np.frombuffer(bytes(self._lits), np.uint8)
+        member_sep = np.frombuffer(self._member_sep, np.uint8)
+        prog = (*(np.ascontiguousarray(ops[:, k]) for k in range(6)), lits, member_sep)
+        cols = (*self._int_arrays(), *self._text_arrays())
+        return Compiled(self.rows, prog, cols, self._max_event(ops) + event_sep)
+
+    def _int_arrays(self) -> tuple[I64 | U8, ...]:
+        values = [c.values for c in self._ints]
+        valid = [c.valid for c in self._ints]
+        return (*_flat(values, np.int64), *_flat(valid, np.uint8))
+
+    def _text_arrays(self) -> tuple[I64 | U8, ...]:
+        data = [c.data[c.offsets[0] : c.offsets[-1]] for c in self._texts]
+        shifts = np.cumsum([0, *(d.size for d in data)], dtype=np.int64)[:-1]
+        bases = np.cumsum([0, *(c.offsets.size for c in self._texts)], dtype=np.int64)[:-1]
+        offsets = [c.offsets - c.offsets[0] + shift for c, shift in zip(self._texts, shifts, strict=True)]
+        return (
+            *_flat([c.index for c in self._texts], np.int64),
+            bases,
+            np.concatenate(offsets) if offsets else np.zeros(1, np.int64),
+            np.concatenate(data) if data else np.zeros(0, np.uint8),
+        )
+
+    def _max_event(self, ops: I64) -> int:
+        size = 2 + len(self._member_sep) * len(self._ops)
+        for kind, col, start, end, null_start, null_end in ops.tolist():
+            size += end - start
+            if kind == OP_INT:
+                size += max(_INT_WIDTH, null_end - null_start)
+            elif kind in (OP_TS, OP_TS_TAB, OP_DUR):
+                size += max(_MICROS_WIDTH, null_end - null_start)
+            elif kind == OP_TEXT:
+                size += max(self._texts[col].widest, null_end - null_start)
+            elif kind == OP_CLOSE:
+                size += 1
+        return size
+
+
+def _flat(columns: list[Any], dtype: type) -> tuple[Any, I64, I64]:
+    """Columns of per-row (or single) values concatenated, with each one's start and row step."""
+    if not columns:
+        return np.zeros(0, dtype), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lengths = np.array([c.size for c in columns], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    steps = (lengths != 1).astype(np.int64)
+    return np.concatenate(columns).astype(dtype, copy=False), starts, steps
+
+
+def new_state(
+    *,
+    in_file: int = 0,
+    events_left: int = UNLIMITED,
+    file_left: int = UNLIMITED,
+    budget_left: int = UNLIMITED,
+) -> I64:
+    """A renderer state array starting at row 0 of an empty buffer."""
+    state = np.zeros(STATE_SLOTS, np.int64)
+    state[S_IN_FILE] = in_file
+    state[S_EVENTS_LEFT] = events_left
+    state[S_FILE_LEFT] = file_left
+    state[S_BUDGET_LEFT] = budget_left
+    return state
+
+
+def render_pieces(compiled: Compiled) -> list[bytes]:
+    """Every row as its own JSON object (no separators): for the few rows a writer must keep."""
+    out = np.empty(max(compiled.max_event * compiled.rows, 1), np.uint8)
+    ends = np.zeros(compiled.rows, np.int64)
+    compiled.render(NO_SEPARATOR, out, new_state(), ends)
+    starts = np.concatenate([[0], ends[:-1]]) if compiled.rows else ends
+    return [out[s:e].tobytes() for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]

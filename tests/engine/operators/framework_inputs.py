@@ -1,0 +1,113 @@
+"""Hand-built framework and task batches for the operator tests, in the shapes the feeds deliver."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from profstream.engine.runtime import Emit, Operator
+from profstream.engine.schema import conform, tasks_schema
+
+PID = 100
+
+
+def op_range(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
+    """torch_op_range records: (name, start, end[, tid[, seq[, fwd tid]]])."""
+    full = [(*r, *(1, -1, 0)[len(r) - 3 :]) for r in rows]
+    return pa.RecordBatch.from_pydict(
+        {
+            "start_ns": pa.array([r[1] for r in full], pa.int64()),
+            "end_ns": pa.array([r[2] for r in full], pa.int64()),
+            "sequence_number": pa.array([r[4] for r in full], pa.int64()),
+            "process_id": pa.array([PID] * len(full), pa.uint64()),
+            "start_thread_id": pa.array([r[3] for r in full], pa.uint64()),
+            "end_thread_id": pa.array([r[3] for r in full], pa.uint64()),
+            "forward_thread_id": pa.array([r[5] for r in full], pa.uint64()),
+            "name": pa.array([r[0] for r in full], pa.string()),
+            "input_shapes": pa.array([f"{r[0]},1" for r in full], pa.string()),
+            "input_dtypes": pa.nulls(len(full), pa.string()),
+            "call_stack": pa.nulls(len(full), pa.string()),
+            "module_hierarchy": pa.nulls(len(full), pa.string()),
+        }
+    )
+
+
+def op_mark(rows: Sequence[tuple[int, int, int, int, str]]) -> pa.RecordBatch:
+    """torch_op_mark records: (time, category, correlation id, tid, op name)."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "time_ns": pa.array([r[0] for r in rows], pa.int64()),
+            "category": pa.array([r[1] for r in rows], pa.uint64()),
+            "correlation_id": pa.array([r[2] for r in rows], pa.uint64()),
+            "thread_id": pa.array([r[3] for r in rows], pa.uint64()),
+            "process_id": pa.array([PID] * len(rows), pa.uint64()),
+            "name": pa.array([r[4] for r in rows], pa.string()),
+        }
+    )
+
+
+def queue_event(queue: str, corr: int, tid: int, name: str, span: tuple[int, int]) -> list[tuple[Any, ...]]:
+    """The start and end marks of one enqueue or dequeue event over ``span``."""
+    first = 0 if queue == "enqueue" else 2
+    return [(span[0], first, corr, tid, name), (span[1], first + 1, corr, tid, name)]
+
+
+def tasks(rows: Sequence[tuple[int, int, int, int | None]]) -> pa.RecordBatch:
+    """tasks rows: (device, stream, start, launch or None)."""
+    return conform(
+        tasks_schema(),
+        {
+            "device_id": pa.array([r[0] for r in rows], pa.int32()),
+            "stream_id": pa.array([r[1] for r in rows], pa.int32()),
+            "task_id": pa.array(np.arange(len(rows)), pa.int32()),
+            "start_ns": pa.array([r[2] for r in rows], pa.int64()),
+            "end_ns": pa.array([r[2] + 5 for r in rows], pa.int64()),
+            "launch_ns": pa.array([r[3] for r in rows], pa.int64()),
+        },
+    )
+
+
+Step = tuple[str, pa.RecordBatch] | int  # a batch to push, or a watermark to advance to
+
+
+def collect(emits: Iterable[Emit], into: dict[str, list[pa.RecordBatch]]) -> None:
+    for name, batch in emits:
+        into[name].append(batch)
+
+
+def drive(op: Operator, steps: Sequence[Step]) -> dict[str, list[dict[str, Any]]]:
+    """Push and advance as ``steps`` say, then finish; every output as rows."""
+    out: dict[str, list[pa.RecordBatch]] = defaultdict(list)
+    for step in steps:
+        if isinstance(step, int):
+            collect(op.advance(step), out)
+        else:
+            op.push(*step)
+    collect(op.finish(), out)
+    return {name: pa.Table.from_batches(b).to_pylist() for name, b in out.items()}
+
+
+def drive_resumed(make: Any, steps: Sequence[Step], cut: int) -> dict[str, list[dict[str, Any]]]:
+    """Like :func:`drive`, but snapshot after ``cut`` steps and continue in a fresh operator."""
+    first = make()
+    out: dict[str, list[pa.RecordBatch]] = defaultdict(list)
+    for step in steps[:cut]:
+        if isinstance(step, int):
+            collect(first.advance(step), out)
+        else:
+            first.push(*step)
+    blob = first.snapshot()
+    second = make()
+    second.restore(blob)
+    assert second.snapshot() == blob, "a restored state must snapshot to the same bytes"
+    for step in steps[cut:]:
+        if isinstance(step, int):
+            collect(second.advance(step), out)
+        else:
+            second.push(*step)
+    collect(second.finish(), out)
+    return {name: pa.Table.from_batches(b).to_pylist() for name, b in out.items()}

@@ -1,0 +1,204 @@
+"""The numba JSON renderer and the pyarrow cell formatting, against hand-derived text."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profstream.sinks._format import cell_text, float_text, micros_fixed, micros_number
+from profstream.sinks._json import Template, render_pieces
+
+I64_MIN = int(np.iinfo(np.int64).min)
+I64_MAX = int(np.iinfo(np.int64).max)
+
+
+def render(template: Template) -> list[bytes]:
+    """Each row's object; checks the size bound the kernel relies on to stay inside its buffer."""
+    compiled = template.compile()
+    pieces = render_pieces(compiled)
+    assert all(len(piece) <= compiled.max_event for piece in pieces)
+    return pieces
+
+
+def one_member(value: object, **kwargs: object) -> list[bytes]:
+    """Each row of a one-member object ``{"v": value}``."""
+    rows = len(value) if isinstance(value, pa.Array | pa.ChunkedArray | np.ndarray) else 1
+    template = Template(rows)
+    template.member("v", value, **kwargs)  # type: ignore[arg-type]
+    return render(template)
+
+
+def micros_reference(ns: int, *, trim: bool) -> str:
+    """The decimal text of ns / 1000 by Python's Decimal (3 places, or Python-float-like trimming)."""
+    text = str((Decimal(ns) / 1000).quantize(Decimal("0.000")))
+    if trim:
+        text = text.rstrip("0")
+        text = text + "0" if text.endswith(".") else text
+    return text
+
+
+def test_integers_print_exactly_at_the_int64_extremes() -> None:
+    """Integers, negative ones and both int64 extremes included, print as decimal text."""
+    values = np.array([0, 7, -7, 10, -10, 123456789, I64_MIN, I64_MAX], np.int64)
+    assert one_member(values) == [f'{{"v":{v}}}'.encode() for v in values.tolist()]
+
+
+def test_ts_is_a_string_of_microseconds_with_three_decimals() -> None:
+    """ts: ns with the decimal point inserted, negative and extreme values exact."""
+    values = np.array([0, 1, 999, 1000, -1, -999, -1000, -1500, 1_700_000_000_123_456_789, I64_MIN, I64_MAX])
+    expected = [
+        "0.000",
+        "0.001",
+        "0.999",
+        "1.000",
+        "-0.001",
+        "-0.999",
+        "-1.000",
+        "-1.500",
+        "1700000000123456.789",
+        "-9223372036854775.808",
+        "9223372036854775.807",
+    ]
+    assert one_member(values, role="ts") == [f'{{"v":"{e}"}}'.encode() for e in expected]
+    assert one_member(values, role="ts_tab") == [f'{{"v":"{e}\\t"}}'.encode() for e in expected]
+
+
+def test_dur_is_the_exact_decimal_without_trailing_zeros() -> None:
+    """dur: 12345 ns -> 12.345, 12340 -> 12.34, 12300 -> 12.3, 12000 -> 12.0 (as Python prints floats)."""
+    values = np.array([12345, 12340, 12300, 12000, 0, 1, 10, 100, -1, -1500, I64_MIN])
+    expected = ["12.345", "12.34", "12.3", "12.0", "0.0", "0.001", "0.01", "0.1", "-0.001", "-1.5"]
+    expected.append("-9223372036854775.808")
+    assert one_member(values, role="dur") == [f'{{"v":{e}}}'.encode() for e in expected]
+    assert [json.loads(p)["v"] for p in one_member(values[:-1], role="dur")] == [
+        v / 1000 for v in values[:-1]
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(I64_MIN, I64_MAX), min_size=1, max_size=30))
+def test_numba_and_pyarrow_microseconds_agree_with_decimal(values: list[int]) -> None:
+    """The kernel's ts/dur text, the pyarrow cell text and Python's Decimal are the same string."""
+    ns = np.array(values, np.int64)
+    one_member(ns)
+    one_member(ns, role="ts_tab")
+    fixed = [micros_reference(v, trim=False) for v in values]
+    trimmed = [micros_reference(v, trim=True) for v in values]
+    assert [json.loads(p)["v"] for p in one_member(ns, role="ts")] == fixed
+    assert [p[5:-1].decode() for p in one_member(ns, role="dur")] == trimmed
+    assert micros_fixed(pa.array(ns)).to_pylist() == fixed
+    assert micros_number(pa.array(ns)).to_pylist() == trimmed
+
+
+def test_strings_are_escaped_like_json_dumps() -> None:
+    """Quotes, backslashes, every control character and non-ASCII text: json.dumps's escaping, exactly."""
+    strings = ['say "hi"', "back\\slash", "tab\tnew\nline\r", "\b\f", "\x00\x01\x1f\x7f", "名前 é 😀", ""]
+    strings.append("".join(chr(c) for c in range(32)))
+    expected = [b'{"v":' + json.dumps(s, ensure_ascii=False).encode() + b"}" for s in strings]
+    assert one_member(pa.array(strings)) == expected
+    assert one_member(pa.array(strings).dictionary_encode()) == expected
+    assert one_member(pa.array(strings, pa.large_string())) == expected
+    assert b'"\\u0000\\u0001\\u001f\x7f"' in one_member(pa.array(strings))[4]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(), min_size=1, max_size=20))
+def test_any_text_round_trips_through_json_loads(strings: list[str]) -> None:
+    """Whatever the text, the rendered object parses back to it."""
+    pieces = one_member(pa.array(strings).dictionary_encode())
+    assert [json.loads(p)["v"] for p in pieces] == strings
+
+
+def test_absent_values_are_left_out_or_printed_as_the_null_text() -> None:
+    """An absent optional member disappears (commas stay right); with ``null`` it prints that text."""
+    template = Template(3)
+    template.member("a", pa.array([1, None, 3]))
+    template.member("b", pa.array(["x", "y", None]).dictionary_encode())
+    template.open("args")
+    template.member("c", pa.array([None, 2.5, None]))
+    template.member("d", pa.array([None, None, True]))
+    template.close()
+    template.member("e", pa.array([None, 5, None]), null="N/A")
+    assert render(template) == [
+        b'{"a":1,"b":"x","args":{},"e":"N/A"}',
+        b'{"b":"y","args":{"c":2.5},"e":5}',
+        b'{"a":3,"args":{"d":true},"e":"N/A"}',
+    ]
+
+
+def test_scalars_apply_to_every_row_and_constants_are_fixed_text() -> None:
+    """A Python scalar (or one-value array) repeats for every row."""
+    template = Template(2)
+    template.member("pid", 7)
+    template.member("name", "n")
+    template.member("f", 0.5)
+    template.member("ts", np.array([1000, 2000]), role="ts")
+    template.constant("ph", "X")
+    template.constant("k", 3)
+    assert render(template) == [
+        b'{"pid":7,"name":"n","f":0.5,"ts":"1.000","ph":"X","k":3}',
+        b'{"pid":7,"name":"n","f":0.5,"ts":"2.000","ph":"X","k":3}',
+    ]
+
+
+def test_floats_print_shortest_with_point_zero_and_non_finite_as_absent() -> None:
+    """0.1 -> 0.1, 21.0 -> 21.0 (Python's repr), NaN/inf have no JSON text: absent."""
+    values = pa.array([0.1, 21.0, -3.0, 1e16, float("nan"), float("inf"), None])
+    assert float_text(values).to_pylist() == ["0.1", "21.0", "-3.0", "1e+16", None, None, None]
+    assert one_member(values, null="N/A")[:3] == [b'{"v":0.1}', b'{"v":21.0}', b'{"v":-3.0}']
+    assert one_member(values, null="N/A")[4] == b'{"v":"N/A"}'
+
+
+def test_uint64_beyond_int64_prints_as_a_number() -> None:
+    """uint64 ids above the int64 range keep their exact value."""
+    assert one_member(pa.array([2**64 - 1, 5], pa.uint64())) == [b'{"v":18446744073709551615}', b'{"v":5}']
+
+
+def test_dictionary_entries_that_are_null_count_as_absent() -> None:
+    """A dictionary whose entry is null makes that row's value absent."""
+    values = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0]), pa.array(["a", None]))
+    assert one_member(values, null="-") == [b'{"v":"a"}', b'{"v":"-"}', b'{"v":"a"}']
+
+
+def test_chunked_columns_are_combined() -> None:
+    """A ChunkedArray (dictionary chunks with different dictionaries included) reads as one column."""
+    chunks = pa.chunked_array([pa.array(["a", "b"]).dictionary_encode(), pa.array(["c"]).dictionary_encode()])
+    assert one_member(chunks) == [b'{"v":"a"}', b'{"v":"b"}', b'{"v":"c"}']
+
+
+def test_bad_columns_are_refused_with_their_name() -> None:
+    """Wrong lengths, absent required values and non-integer times name the column."""
+    template = Template(3)
+    with pytest.raises(ValueError, match=r"'pid'.*expected 3 values"):
+        template.member("pid", np.array([1, 2]))
+    with pytest.raises(ValueError, match=r"'ts'.*has absent values"):
+        template.member("ts", pa.array([1, None, 3]), role="ts", required=True)
+    with pytest.raises(ValueError, match=r"'dur'.*expected integers"):
+        template.member("dur", np.array([1.5, 2.0, 3.0]), role="dur")
+    with pytest.raises(ValueError, match="close"):
+        template.close()
+
+
+def test_summary_cells_from_dictionary_and_units() -> None:
+    """cell_text: timestamps get their TAB, dictionaries are formatted per entry."""
+    ns = pa.array([1500, None, -1], pa.int64())
+    assert cell_text(ns, "timestamp_us").to_pylist() == ["1.500\t", None, "-0.001\t"]
+    assert cell_text(ns, "duration_us").to_pylist() == ["1.5", None, "-0.001"]
+    assert cell_text(pa.array(["x", None, "x"]).dictionary_encode(), "raw").to_pylist() == ["x", None, "x"]
+    assert cell_text(pa.array([1, 2], pa.int32()), "raw").to_pylist() == ["1", "2"]
+    assert cell_text(pa.array([1500, 2500])[1:], "timestamp_us").to_pylist() == ["2.500\t"]
+
+
+def test_sliced_arrays_read_from_their_offset() -> None:
+    """Arrays that are slices of larger ones (batch.slice) render their own values only."""
+    strings = pa.array(["a", None, 'b"', "c"])
+    assert one_member(strings.slice(1, 2)) == [b"{}", b'{"v":"b\\""}']
+    assert one_member(strings.dictionary_encode().slice(2)) == [b'{"v":"b\\""}', b'{"v":"c"}']
+    ints = pa.array([1, None, 3, 4])
+    assert one_member(ints.slice(1, 2)) == [b"{}", b'{"v":3}']
+    assert one_member(ints.slice(2), role="ts") == [b'{"v":"0.003"}', b'{"v":"0.004"}']
