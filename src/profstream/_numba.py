@@ -1,10 +1,9 @@
-"""The numba decorators of hot loops outside the engine (the codecs' decoders), which must not import it.
+"""The numba decorators of every hot loop: codecs, engine kernels and sinks (none imports the engine).
 
 Compiled code is cached on disk next to the defining module (``cache=True``), so only the first run
 after a change pays for compilation; ``nogil=True`` lets a thread decode while another works. The
 cache of a kernel is invalidated by changes to its own module only: after editing an inlined helper
 or a constant of another module, delete the ``*.nbi`` / ``*.nbc`` files of the modules using it.
-``engine/kernels/_dispatch.py`` defines the same pair for the engine's kernels.
 """
 
 from __future__ import annotations

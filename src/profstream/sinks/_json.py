@@ -29,16 +29,15 @@ known cause of traces that viewers refuse (peers.md §2, pytorch/pytorch#130622)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Literal, TypeAlias
 
-import numba
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from profstream._numba import inline, kernel
 from profstream.sinks._format import float_text, is_text
 
 U8 = npt.NDArray[np.uint8]
@@ -82,7 +81,6 @@ UNLIMITED = I64_MAX // 4
 _INT_WIDTH = 20  # "-9223372036854775808"
 _MICROS_WIDTH = 25  # '"-9223372036854775.808\\t"'
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: 10**k for k in 0..18: digits are counted by comparison (a division per digit costs twice as much)
 _POWERS = np.array([10**k for k in range(19)], np.int64)
@@ -93,20 +91,10 @@ NO_ENDS = np.zeros(0, np.int64)
 NO_SEPARATOR = np.frombuffer(b"", np.uint8)
 
 
-def _njit(fn: _F) -> _F:
-    """``numba.njit(cache=True, nogil=True)``, keeping the signature for mypy."""
-    return cast(_F, numba.njit(cache=True, nogil=True)(fn))
-
-
-def _inline(fn: _F) -> _F:
-    """:func:`_njit` for per-byte helpers, inlined into their callers (a call costs more than the work)."""
-    return cast(_F, numba.njit(cache=True, nogil=True, inline="always")(fn))
-
-
 # ---------------------------------------------------------------------------------------- kernels
 
 
-@_inline
+@inline
 def _copy(out: U8, pos: int, src: U8, start: int, end: int) -> int:
     for k in range(start, end):
         out[pos] = src[k]
@@ -114,7 +102,7 @@ def _copy(out: U8, pos: int, src: U8, start: int, end: int) -> int:
     return pos
 
 
-@_inline
+@inline
 def _put_digits(out: U8, pos: int, value: int) -> int:
     """Decimal digits of ``value`` >= 0."""
     width = 1
@@ -129,7 +117,7 @@ def _put_digits(out: U8, pos: int, value: int) -> int:
     return end
 
 
-@_inline
+@inline
 def _magnitude(value: int, unit: int) -> tuple[int, int]:
     """``|value|`` split as (``|value| // unit``, ``|value| % unit``) without overflowing at int64 min."""
     if value >= 0:
@@ -139,7 +127,7 @@ def _magnitude(value: int, unit: int) -> tuple[int, int]:
     return rest // unit + carry // unit, carry % unit
 
 
-@_inline
+@inline
 def _put_int(out: U8, pos: int, value: int) -> int:
     if value < 0:
         out[pos] = 45  # '-'
@@ -151,7 +139,7 @@ def _put_int(out: U8, pos: int, value: int) -> int:
     return pos + 1
 
 
-@_inline
+@inline
 def _put_micros(out: U8, pos: int, ns: int, trim: bool) -> int:
     """``ns`` as microseconds: 3 decimals, or (``trim``) without trailing zeros but with one decimal."""
     if ns < 0:
@@ -170,7 +158,7 @@ def _put_micros(out: U8, pos: int, ns: int, trim: bool) -> int:
     return pos + 2
 
 
-@_njit
+@kernel
 def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
     """Every string of an Arrow (offsets, data) pair as JSON text, quoted when ``quote``."""
     count = offsets.size - 1
@@ -227,7 +215,7 @@ def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
     return out_offsets, out
 
 
-@_inline
+@inline
 def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
     """One JSON object for ``row`` at ``pos``; returns the position after it."""
     kinds, col_of, lit_start, lit_end, null_start, null_end, lits, member_sep = prog
@@ -283,7 +271,7 @@ def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
     return pos + 1
 
 
-@_njit
+@kernel
 def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only arguments)
     rows: int, prog: Any, cols: Any, event_sep: U8, out: U8, state: I64, max_event: int, ends: I64
 ) -> None:

@@ -1,4 +1,4 @@
-"""What every kernel wrapper shares: the njit decorator, the sentinels, argument validation.
+"""What every kernel wrapper shares: the njit decorators (profstream._numba), sentinels, validation.
 
 Kernels (DESIGN.md "Kernels in engine/kernels/", specs/aesthetics.md §2 item 5) are pure numba loops over
 numpy arrays: they never take Arrow objects, never log and never raise for bad input. The public
@@ -12,12 +12,15 @@ becomes one) is refused rather than cast, so no value is silently rounded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from profstream._numba import inline, kernel
+
+__all__ = ["inline", "kernel"]  # the kernels' decorators, shared with the codecs
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -30,25 +33,6 @@ NULL = int(np.iinfo(np.int64).min)
 FLUSH = int(np.iinfo(np.int64).max)
 #: an absent record index (sequence number).
 NO_SEQ = -1
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def kernel(fn: _F) -> _F:
-    """``numba.njit(cache=True, nogil=True)`` with the function's own signature kept for mypy.
-
-    Compilation is lazy (first call) and the machine code is cached on disk next to the module.
-    """
-    return cast(_F, numba.njit(cache=True, nogil=True)(fn))
-
-
-def inline(fn: _F) -> _F:
-    """:func:`kernel` for the small helpers of kernels, inlined into their callers at numba IR level.
-
-    A call that is not inlined costs a function call plus reference counting of every array
-    argument, which multiplies the cost of a per-record table lookup several times.
-    """
-    return cast(_F, numba.njit(cache=True, nogil=True, inline="always")(fn))
 
 
 def int_column(
