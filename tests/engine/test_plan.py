@@ -85,16 +85,14 @@ def test_step_windows_and_overlap_sums_equal_the_truth(run: tuple[Path, Path]) -
 
 def _drain(
     pipeline: Pipeline, wanted: list[str], stop: int | None = None
-) -> list[tuple[str, pa.RecordBatch]]:
+) -> tuple[list[tuple[str, pa.RecordBatch]], int]:
+    """The wanted emits of up to ``stop`` steps (all when None), and how many steps ran."""
     out = []
     steps = 0
-    while stop is None or steps < stop:
-        emitted = pipeline.step()
-        out += [(n, b) for n, b in emitted if n in wanted]
+    while not pipeline.finished and (stop is None or steps < stop):
+        out += [(n, b) for n, b in pipeline.step() if n in wanted]
         steps += 1
-        if pipeline.finished:
-            break
-    return out
+    return out, steps
 
 
 def _rows(emits: list[tuple[str, pa.RecordBatch]]) -> dict[str, list[dict[str, object]]]:
@@ -110,20 +108,16 @@ def test_a_snapshot_resumes_every_operator_exactly(run: tuple[Path, Path], fract
     collection = profstream.open(run[0]).collections[0]
     tables = list(TABLE_NAMES)
     pipeline, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
-    whole = _rows(_drain(pipeline, wanted))
+    emits, count = _drain(pipeline, wanted)
+    whole = _rows(emits)
     first, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
-    count = 0
-    probe, _ = Planner(collection, chunk_bytes=4096).pipeline(tables)
-    while not probe.finished:
-        probe.step()
-        count += 1
-    before = _drain(first, wanted, stop=int(count * fraction))
+    before, _ = _drain(first, wanted, stop=int(count * fraction))
     blob = first.snapshot()
     resumed, _ = Planner(collection, chunk_bytes=4096, positions=Pipeline.feed_positions(blob)).pipeline(
         tables
     )
     resumed.restore(blob)
-    after = _drain(resumed, wanted)
+    after, _ = _drain(resumed, wanted)
     assert _rows(before + after) == whole
 
 

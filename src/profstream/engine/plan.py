@@ -172,9 +172,10 @@ class Planner:
                 continue
             families = {f for f in (*_TASK_LOGS, *_PMU, "ts_track") if at(f, d) in self._feeds}
             if families & set(_TASK_LOGS) and self._has("task_track"):
-                streamed = [n for n in ("api", *_STREAMED_NODE_INFO) if n == "api" or self._has(n)]
-                if not self._has("api_event"):
-                    streamed.remove("api")
+                # HostJoin's optional inputs: the api table exists where api_event records do
+                streamed = [
+                    n for n in ("api", *_STREAMED_NODE_INFO) if self._has("api_event" if n == "api" else n)
+                ]
                 ops += [
                     DeviceTasks(d, data_dir.metadata, families),
                     HostJoin(

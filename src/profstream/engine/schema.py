@@ -90,6 +90,24 @@ def device_tasks_schema(metric_columns: Iterable[str] = ()) -> pa.Schema:
     return _with_metrics(DEVICE_TASKS_BASE, metric_columns)
 
 
+#: iterations (step_trace csv) and framework steps (ProfilerStep#)
+STEPS = _schema(
+    ("device_id", I32),
+    ("kind", DICT),  # model (ts_track tags 0..4), step (tags 60000/60001), framework (ProfilerStep#)
+    ("model_id", I64),
+    ("iteration_id", I64),  # index id within the model, from 1; framework: the step number
+    ("start_ns", I64),
+    ("end_ns", I64),
+    ("fp_ns", I64),
+    ("bp_ns", I64),
+    ("data_aug_ns", I64),  # Data Aug Bound
+    ("reduce_start_ns", pa.list_(I64)),
+    ("reduce_end_ns", pa.list_(I64)),
+    ("host_start_ns", I64),  # framework steps: the ProfilerStep op
+    ("host_end_ns", I64),
+)
+
+
 TABLES: Mapping[str, pa.Schema] = {
     "tasks": TASKS_BASE,
     # host API calls (CANN layer of the timeline, api_statistic)
@@ -217,22 +235,9 @@ TABLES: Mapping[str, pa.Schema] = {
         ("time_ns", I64),
         ("total_reserved_bytes", I64),  # null: only the release was captured (-1 in msprof)
     ),
-    # iterations (step_trace csv) and framework steps (ProfilerStep#)
-    "steps": _schema(
-        ("device_id", I32),
-        ("kind", DICT),  # model (ts_track tags 0..4), step (tags 60000/60001), framework (ProfilerStep#)
-        ("model_id", I64),
-        ("iteration_id", I64),  # index id within the model, from 1; framework: the step number
-        ("start_ns", I64),
-        ("end_ns", I64),
-        ("fp_ns", I64),
-        ("bp_ns", I64),
-        ("data_aug_ns", I64),  # Data Aug Bound
-        ("reduce_start_ns", pa.list_(I64)),
-        ("reduce_end_ns", pa.list_(I64)),
-        ("host_start_ns", I64),  # framework steps: the ProfilerStep op
-        ("host_end_ns", I64),
-    ),
+    "steps": STEPS,
+    # torch_npu's device step ranges (framework_outputs.md §4c) have the shape of ``steps``
+    "framework_steps": STEPS,
     # Overlap Analysis intervals per device
     "overlap": _schema(
         ("device_id", I32),
@@ -286,16 +291,6 @@ TABLES: Mapping[str, pa.Schema] = {
         ("max_ns", I64),
         ("ratio", F64),
     ),
-}
-
-#: torch_npu's device step ranges (framework_outputs.md §4c) have the shape of ``steps``
-TABLES = {**TABLES, "framework_steps": TABLES["steps"]}
-
-#: the column each table is ordered and watermarked by
-TIME_COLUMN: Mapping[str, str] = {
-    name: next(c for c in ("start_ns", "time_ns", "alloc_ns", "src_ns") if c in schema.names)
-    for name, schema in TABLES.items()
-    if any(c in schema.names for c in ("start_ns", "time_ns", "alloc_ns", "src_ns"))
 }
 
 
