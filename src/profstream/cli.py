@@ -234,12 +234,12 @@ def _handlers() -> dict[str, Handler]:
     from profstream import commands
 
     return {
-        "export": _not_yet("export (the sinks and export capability)"),
+        "export": commands.run_export,
         "inspect": commands.run_inspect,
         "simulate": commands.run_simulate,
         "demo": commands.run_demo,
         "collect": _not_yet("collect (the collector daemon capability)"),
-        "cluster": _not_yet("cluster (the Dask cluster capability)"),
+        "cluster": lambda args: __import__("profstream.cluster.command", fromlist=["run"]).run(args),
         "validate": commands.run_validate,
     }
 

@@ -60,6 +60,53 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return load_settings(getattr(args, "config", None), env=os.environ, overrides=overrides)
 
 
+class _ProgressBar:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.enabled = sys.stderr.isatty()
+        self._shown = -1
+
+    def __call__(self, fraction: float) -> None:
+        percent = int(fraction * 100)
+        if not self.enabled or percent == self._shown:
+            return
+        self._shown = percent
+        filled = percent * 30 // 100
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (30 - filled)}] {percent:3d}%")
+        if percent >= 100:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``export timeline|summary`` (or both, for ``--export=on``) with msprof.py's arguments."""
+    from profstream.engine.layouts import Kind
+    from profstream.export import Selection, clear_caches, export
+
+    settings = settings_of(args)
+    kinds: tuple[Kind, ...] = ("timeline", "summary") if args.kind == "both" else (args.kind,)
+    for kind in kinds:
+        report = export(
+            args.collection_dir,
+            kind=kind,
+            layout=settings.export.layout,
+            output=args.output,
+            fmt=settings.export.format,
+            selection=Selection(args.model_id, args.iteration_id, args.iteration_count),
+            settings=settings.export,
+            on_invalid=settings.decode.on_invalid,
+            chunk_bytes=settings.decode.chunk_mb << 20,
+            progress=_ProgressBar(f"export {kind}"),
+        )
+        sys.stdout.write(report.render() + "\n")
+        if args.clear:
+            for path in clear_caches(report):
+                sys.stdout.write(f"  cleared {path}\n")
+    return EXIT_OK
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     """Print, per device and family: files, bytes, records, lost-record gaps, time range."""
     from profstream.api import open_profile
@@ -107,18 +154,20 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Simulate a small realistic torch_npu run and show what profstream reads from it."""
-    from profstream.api import open_profile
+    """Simulate a small realistic torch_npu run, export it in every layout, print where and what."""
+    from profstream.export import export
     from profstream.simulate import SimulationConfig, simulate
 
     out = Path(args.output)
-    raw = out / "raw"
-    for previous in (raw, out / "truth"):  # the demo's own output of an earlier run
+    raw, exports = out / "raw", out / "export"
+    for previous in (raw, out / "truth", exports):  # the demo's own output of an earlier run
         shutil.rmtree(previous, ignore_errors=True)
     config = SimulationConfig(chip="910B", steps=3, ops_per_step=48, framework="torch_npu", seed=7)
     result = simulate(config, raw, truth_dir=out / "truth")
     print(f"simulated a 910B torch_npu training run: {_human(result.bytes)} of raw data in {raw}")
-    print(open_profile(raw).inspect().render())
-    print(f"ground truth (tasks, steps, per-step overlap sums) as Parquet in {out / 'truth'}")
-    print("export (timeline, summaries, Parquet) lands with the sinks capability; until then it says so.")
+    print(f"ground truth (tasks, steps, per-step overlap sums) as Parquet in {out / 'truth'}\n")
+    settings = settings_of(args).export
+    for layout in ("msprof", "torch_npu", "parquet"):
+        report = export(raw, kind="both", layout=layout, output=exports, settings=settings)
+        print(report.render() + "\n")
     return EXIT_OK

@@ -38,6 +38,9 @@ DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
 # Configuration
 OPTION_COERCED: Final = "option_coerced"  # an option value the product reads as another (aicpu -> off)
+# Cluster
+CLUSTER_STARTED: Final = "cluster_started"
+RANKS_NUMBERED: Final = "ranks_numbered"  # no rank ids under a cluster dir: ranks numbered in path order
 
 LogFormat = Literal["console", "json"]
 

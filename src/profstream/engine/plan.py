@@ -15,9 +15,11 @@ Graph, per device ``d`` (inputs present in the collection only):
     ts_track -> Steps -> steps@d;  ops, tasks@* -> FrameworkSteps -> framework_steps@*
     tasks@d, comm@d, steps -> Overlap -> overlap@d, step_time@d
     npu_mem, npu_module_mem -> NpuMemory -> npu_mem@d, npu_module_mem@d
-    tasks@d -> OpStatistic; comm@d -> CommStatistic
+    tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
+    comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
-FrameworkOps -> ops, flows; torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
+FrameworkOps -> ops, flows; ops, flows, tasks@* -> OperatorDetails -> operator_details;
+torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
 
 Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
 the 60000/60001 step markers, else model iterations.
@@ -35,10 +37,12 @@ from profstream.engine.feeds import FeedSet
 from profstream.engine.operators import pmu
 from profstream.engine.operators.api import ApiEvents, Dictionaries
 from profstream.engine.operators.comm import Communication
+from profstream.engine.operators.comm_analysis import CommAnalysis
 from profstream.engine.operators.device_tasks import DeviceTasks
 from profstream.engine.operators.framework_ops import FrameworkOps
 from profstream.engine.operators.host_join import HostJoin
 from profstream.engine.operators.memory import Memory, NpuMemory
+from profstream.engine.operators.operator_details import OperatorDetails
 from profstream.engine.operators.overlap import Overlap, StepSource
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.steps import FrameworkSteps, Steps
@@ -59,9 +63,11 @@ DEVICE_TABLES = (
     "npu_module_mem",
     "op_statistic",
     "comm_statistic",
+    "comm_ops",
+    "comm_links",
 )
 #: canonical tables of the host and framework side
-HOST_TABLES = ("api", "ops", "flows", "memory", "memory_record", "api_statistic")
+HOST_TABLES = ("api", "ops", "flows", "memory", "memory_record", "api_statistic", "operator_details")
 TABLE_NAMES = (*DEVICE_TABLES, *HOST_TABLES)
 
 #: device task logs and PMU families, in the order DeviceTasks reads them
@@ -190,6 +196,7 @@ class Planner:
                     ops += [
                         Communication(d, self.dictionaries, op_info=self._has("hccl_op_info")),
                         CommStatistic(d),
+                        CommAnalysis(d),
                         Overlap(d, self._step_source(d, framework)),
                     ]
             if at("ts_track", d) in self._feeds:
@@ -202,6 +209,7 @@ class Planner:
             ops += [
                 FrameworkOps(joined, task_queue=self._has("torch_op_mark"), max_op_ns=FRAMEWORK_REORDER_NS),
                 FrameworkSteps(joined),
+                OperatorDetails(joined),
             ]
         memory_inputs = {
             "pta": self._has("torch_memory_usage", "torch_op_range"),

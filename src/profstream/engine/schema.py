@@ -281,6 +281,52 @@ TABLES: Mapping[str, pa.Schema] = {
         ("max_us", F64),
         ("variance", F64),
     ),
+    # torch_npu operator_details.csv: one row per torch op except ProfilerStep#
+    "operator_details": _schema(
+        ("device_id", I32),  # the device of the op's kernels; null when unknown
+        ("op_id", I64),  # ops.op_id
+        ("name", DICT),
+        ("input_shapes", DICT),
+        ("call_stack", pa.string()),
+        ("host_self_ns", I64),  # duration minus the durations of its child ops
+        ("host_total_ns", I64),
+        ("device_self_ns", I64),  # kernels linked (async_npu) to this op
+        ("device_total_ns", I64),  # kernels linked to its subtree
+        ("device_self_aicore_ns", I64),  # the same, AI_CORE kernels only
+        ("device_total_aicore_ns", I64),
+    ),
+    # msprof --analyze communication time info, one row per HCCL op (communication.json)
+    "comm_ops": _schema(
+        ("device_id", I32),
+        ("op_name", DICT),
+        ("group_name", DICT),
+        ("op_type", DICT),
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("transit_ns", I64),  # null: the op had no transit (msprof prints an integer 0)
+        ("wait_ns", I64),  # null: no Notify_Wait
+        ("synchronization_ns", I64),  # null: no Notify_Wait before the first transit
+        ("idle_ns", I64),  # elapse - transit - wait
+    ),
+    # transfers per (HCCL op, link, transport): communication bandwidth info and matrix
+    "comm_links": _schema(
+        ("device_id", I32),
+        ("op_name", DICT),
+        ("group_name", DICT),
+        ("op_type", DICT),
+        ("start_ns", I64),  # the op's start
+        ("src_rank", I64),  # null: no valid link (msprof leaves it out of the matrix)
+        ("dst_rank", I64),
+        ("transport_type", DICT),  # LOCAL (on chip), HCCS, PCIE, SIO, RDMA, or the raw link type
+        ("size_bytes", I64),
+        ("transit_ns", I64),
+        ("bandwidth_gbps", F64),  # size / transit (bytes per ns), 0 when the time is 0
+        ("packets", I64),  # transfers (an RDMA payload group is one)
+        ("large_packets", I64),  # transfers above msprof's size threshold of the transport
+        ("packet_sizes", pa.list_(I64)),  # size distribution: distinct transfer sizes (bytes)
+        ("packet_counts", pa.list_(I64)),  # ... how many transfers had each size
+        ("packet_transit_ns", pa.list_(I64)),  # ... and their summed time
+    ),
     "comm_statistic": _schema(
         ("device_id", I32),
         ("op_type", DICT),

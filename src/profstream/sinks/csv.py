@@ -1,7 +1,9 @@
 """Streaming summary CSV with msprof's conventions (msprof_outputs.md §1.2, §1.4).
 
-* Header: the display names joined by ``,``; rows end in ``\\n`` (msprof's C++ ``CsvWriter`` and
-  the real outputs in shared/realdata).
+* Header: the display names joined by ``,``; rows end in ``line_end``: ``\\n`` for msprof (its C++
+  ``CsvWriter`` and the CANN files in shared/realdata), ``\\r\\n`` for the files torch_npu writes
+  with Python's ``csv.writer`` (its kernel_details, memory_record, operator_memory and
+  step_trace_time in shared/realdata).
 * Cells: see ``_format`` (timestamps ``123.456`` + TAB, durations ``12.34``, ``N/A`` when absent,
   floats as Python prints them). Every cell is formatted column-wise with pyarrow.compute,
   dictionary columns once per dictionary entry.
@@ -65,6 +67,7 @@ class CsvSink(TableSink):
         columns: list[Column] | None = None,
         slice_rows: int = CSV_LIMIT,
         quote_chars: str | None = MINIMAL_QUOTING,
+        line_end: str = "\n",
     ) -> None:
         super().__init__(schema)
         if slice_rows < 1:
@@ -73,7 +76,8 @@ class CsvSink(TableSink):
         self.columns = resolve_columns(schema, columns)
         self.slice_rows = slice_rows
         self.quote_chars = quote_chars
-        self._header = (",".join(_quote(c.title, quote_chars) for c in self.columns) + "\n").encode()
+        self.line_end = line_end
+        self._header = (",".join(_quote(c.title, quote_chars) for c in self.columns) + line_end).encode()
         self._output = SlicedOutput(Path(directory), naming)
         self._file: StagedFile | None = None
         self._rows_in_file = 0
@@ -104,12 +108,12 @@ class CsvSink(TableSink):
         return pc.if_else(needs, quoted, text)
 
     def _lines(self, batch: pa.RecordBatch) -> pa.Array:
-        """One ``\\n``-terminated CSV line per row."""
+        """One CSV line per row, ending in ``line_end``."""
         cells = []
         for column in self.columns:
             text = self._cells(batch.column(column.name), column)
             cells.append(pc.fill_null(text, _quote(column.null, self.quote_chars)))
-        cells[-1] = pc.binary_join_element_wise(cells[-1], "\n", "")
+        cells[-1] = pc.binary_join_element_wise(cells[-1], self.line_end, "")
         return pc.binary_join_element_wise(*cells, ",") if len(cells) > 1 else cells[0]
 
     def _write(self, batch: pa.RecordBatch) -> None:

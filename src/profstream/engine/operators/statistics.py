@@ -58,6 +58,7 @@ import pyarrow.compute as pc
 from profstream import events
 from profstream.engine import schema
 from profstream.engine.runtime import Emit, Operator, at, pack_state, unpack_state
+from profstream.engine.schema import NO_ID
 
 #: task types that are not operators of op_statistic (neither rows nor denominator)
 COMMUNICATION_TASK_TYPES = frozenset({"COMMUNICATION", "HCCL_AI_CPU", "HCCL"})
@@ -211,6 +212,40 @@ def _ratio(total: int, denominator: int) -> float:
     return total * 100 / denominator if denominator > 0 else 0.0
 
 
+def sub_task_parents(batch: pa.RecordBatch) -> pa.Array:
+    """True for a task row (context ``NO_ID``) that has sub-task rows in this batch: rows with a real
+    context id, the same stream, task and batch id, starting within the row's span. STARS reports a
+    MIX or FFTS+ task once as a whole and once per context; msprof lists only the contexts
+    (op_summary joins on the context id, §2.1; the timeline does not draw the parent, §3.4). The rows
+    of one task arrive together, so one batch holds both; the time check keeps task ids that wrapped
+    apart.
+    """
+    count = batch.num_rows
+    context = batch.column("context_id").fill_null(NO_ID).to_numpy()
+    sub = context != NO_ID
+    if not sub.any():
+        return pa.array(np.zeros(count, np.bool_))
+    key = (
+        batch.column("stream_id").fill_null(-1).to_numpy().astype(np.int64) << 40
+        | batch.column("task_id").fill_null(-1).to_numpy().astype(np.int64) << 20
+        | batch.column("batch_id").fill_null(0).to_numpy().astype(np.int64)
+    )
+    start = batch.column("start_ns").fill_null(0).to_numpy()
+    end = batch.column("end_ns").fill_null(0).to_numpy()
+    candidates = np.flatnonzero(~sub & np.isin(key, key[sub]))
+    parents = np.zeros(count, np.bool_)
+    if not candidates.size:
+        return pa.array(parents)
+    order = np.lexsort((start[sub], key[sub]))
+    sub_key, sub_start = key[sub][order], start[sub][order]
+    first = np.searchsorted(sub_key, key[candidates], side="left")
+    last = np.searchsorted(sub_key, key[candidates], side="right")
+    for row, lo, hi in zip(candidates.tolist(), first.tolist(), last.tolist(), strict=True):
+        at_or_after = lo + int(np.searchsorted(sub_start[lo:hi], start[row], side="left"))
+        parents[row] = at_or_after < hi and sub_start[at_or_after] <= end[row]
+    return pa.array(parents)
+
+
 class OpStatistic(_Aggregate):
     """Per-device op_statistic: ``tasks@d`` -> ``op_statistic@d`` grouped by (op type, core type).
 
@@ -226,7 +261,9 @@ class OpStatistic(_Aggregate):
         self.start_ns = start_ns
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
-        keep = _not_in(batch.column("task_type"), COMMUNICATION_TASK_TYPES)
+        keep = pc.and_(
+            _not_in(batch.column("task_type"), COMMUNICATION_TASK_TYPES), pc.invert(sub_task_parents(batch))
+        )
         if self.start_ns is not None:
             keep = pc.and_(keep, pc.greater_equal(batch.column("start_ns"), self.start_ns))
         self._add(batch, keep, ("op_type", "task_type"))

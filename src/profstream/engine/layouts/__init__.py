@@ -1,0 +1,71 @@
+"""Layouts: which canonical table goes to which output file, in which columns and units.
+
+* :mod:`.msprof`: ``mindstudio_profiler_output/`` (msprof_outputs.md §1 to §3);
+* :mod:`.torch_npu`: ``ASCEND_PROFILER_OUTPUT/`` (framework_outputs.md §3);
+* ``parquet``: every canonical table as a dataset partitioned by device;
+* :mod:`.timeline`: the chrome-trace layers both timelines share.
+
+:func:`outputs` builds the outputs of one export; each says which tables it reads
+(``Output.tables``), so the export runs one pipeline for all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from profstream.engine.layouts import msprof, torch_npu
+from profstream.engine.layouts._outputs import (
+    Context,
+    Format,
+    Limits,
+    Output,
+    ParquetOutput,
+    TimelineOutput,
+)
+from profstream.engine.plan import TABLE_NAMES
+from profstream.engine.schema import TABLES
+
+Layout = Literal["msprof", "torch_npu", "parquet"]
+Kind = Literal["timeline", "summary", "both"]
+LAYOUTS: tuple[Layout, ...] = ("msprof", "torch_npu", "parquet")
+#: where each layout writes, under the collection (or ``--output``)
+OUTPUT_DIRS = {"msprof": msprof.OUTPUT_DIR, "torch_npu": torch_npu.OUTPUT_DIR, "parquet": "parquet"}
+
+
+def outputs(
+    context: Context,
+    layout: Layout,
+    kind: Kind,
+    *,
+    fmt: Format = "csv",
+    level0: bool = False,
+    limits: Limits | None = None,
+) -> list[Output]:
+    """The outputs of one export of one collection into ``context.out_dir``."""
+    if layout == "parquet":
+        return [ParquetOutput(context.out_dir, {name: TABLES[name] for name in TABLE_NAMES})]
+    module = msprof if layout == "msprof" else torch_npu
+    built: list[Output] = []
+    if kind in ("timeline", "both"):
+        built += module.timeline_outputs(context, limits or Limits())
+    if kind in ("summary", "both"):
+        built += (
+            msprof.summary_outputs(context, fmt)
+            if layout == "msprof"
+            else torch_npu.summary_outputs(context, level0)
+        )
+    return built
+
+
+__all__ = [
+    "LAYOUTS",
+    "OUTPUT_DIRS",
+    "Context",
+    "Format",
+    "Kind",
+    "Layout",
+    "Limits",
+    "Output",
+    "TimelineOutput",
+    "outputs",
+]

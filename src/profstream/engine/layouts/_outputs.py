@@ -1,0 +1,386 @@
+"""The outputs a layout is made of: each takes batches of canonical tables and owns its sinks.
+
+Three kinds cover every file of the msprof and torch_npu layouts:
+
+* :class:`SummaryOutput`: one summary table (CSV or ``--format json``) from one canonical table.
+  Its cells are :class:`Cell` s: a header, where the value comes from, and its unit. msprof orders
+  its merged summaries by device (host first, then ``device_0``, ``device_1`` ...;
+  msprof_outputs.md §1.4) and in time within a device; the pipeline delivers devices interleaved,
+  so with more than one device each device's rows are spooled to an Arrow IPC stream on disk and
+  replayed in device order at close. Memory stays one batch; the spool is deleted after use.
+* :class:`TimelineOutput`: one chrome-trace file set, events built per batch by the layout's
+  :class:`EventBuilder` s, metadata (process/thread names) emitted the first time a process or
+  thread appears.
+* :class:`ParquetOutput`: every canonical table as a Parquet dataset.
+
+Outputs open their sinks lazily: a table without rows writes no file, as msprof's exporters write
+nothing without data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream.sinks import (
+    ChromeTraceWriter,
+    Column,
+    CsvSink,
+    DropReport,
+    MetadataEvents,
+    ParquetSink,
+    SliceNaming,
+    SummaryJsonSink,
+    TableSink,
+    Unit,
+)
+from profstream.sinks.chrome_trace import Events
+from profstream.sinks.csv import CSV_LIMIT, MINIMAL_QUOTING
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every output needs to know about the collection being exported."""
+
+    out_dir: Path  #: where the layout's files go
+    timestamp: str  #: msprof's ``%Y%m%d%H%M%S`` of this export (one per run, as its C++ path)
+    wall_offset_ns: int  #: local wall clock minus host monotonic (start_info; msprof_outputs.md §3.5)
+    devices: tuple[int, ...]
+    metric_columns: Sequence[str]  #: PMU columns of ``tasks`` (the collection's aic_metrics group)
+    stars: bool  #: STARS chips (Context ID, Mix Block Num exist; msprof_outputs.md §2.1)
+    process_id: int  #: info.json ``pid``: the high bits of msprof's timeline pids
+    window: tuple[int, int] | None = None  #: ``--model-id/--iteration-id`` time window (host ns)
+
+
+Source = str | Callable[[pa.RecordBatch], pa.Array]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One summary column: its header, its value (a column name or a function of the batch), its unit."""
+
+    header: str
+    source: Source
+    unit: Unit = "raw"
+    null: str = "N/A"
+    wall: bool = False  #: a host-monotonic time printed on the local wall clock (msprof_outputs.md §3.5)
+
+    def values(self, batch: pa.RecordBatch, wall_offset_ns: int) -> pa.Array:
+        """The column's values, times moved to the local wall clock where ``wall``."""
+        values = batch.column(self.source) if isinstance(self.source, str) else self.source(batch)
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if self.wall:
+            values = pc.add(values, wall_offset_ns)
+        return values
+
+
+def stamp(header: str, source: Source, null: str = "N/A") -> Cell:
+    """A timestamp cell: local wall-clock µs, three decimals and msprof's trailing TAB."""
+    return Cell(header, source, "timestamp_us", null, wall=True)
+
+
+Format = Literal["csv", "json"]
+
+
+class Output(ABC):
+    """One output of a layout: the canonical tables it reads, and the files it writes."""
+
+    tables: tuple[str, ...]
+
+    @abstractmethod
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        """Take one batch of one of :attr:`tables`."""
+
+    @abstractmethod
+    def close(self) -> list[Path]:
+        """Finish every file; the paths written."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Remove every temporary file."""
+
+
+class _Spool:
+    """Batches kept on disk per device, replayed in device order (Arrow IPC streams)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+        self._paths: dict[int, Path] = {}
+
+    def write(self, device: int, batch: pa.RecordBatch) -> None:
+        writer = self._writers.get(device)
+        if writer is None:
+            path = self.directory / f"{len(self._paths)}.arrows"
+            self._paths[device] = path
+            writer = self._writers[device] = pa.ipc.new_stream(str(path), batch.schema)
+        writer.write_batch(batch)
+
+    def replay(self) -> Iterator[pa.RecordBatch]:
+        for writer in self._writers.values():
+            writer.close()
+        for device in sorted(self._paths):
+            with pa.memory_map(str(self._paths[device])) as source:
+                yield from pa.ipc.open_stream(source)
+            self._paths[device].unlink()
+
+
+Rows = Callable[[pa.RecordBatch], pa.RecordBatch]
+
+
+class SummaryOutput(Output):
+    """One summary table, in msprof's row order (device, then time), as CSV or JSON.
+
+    ``rows`` selects and prepares rows (filters, sort within a batch) and ``frame`` may add columns
+    that need state across rows in output order (op_summary's wait time); both see canonical batches.
+    ``spool`` keeps every row until close even for one device, for a ``frame`` that needs another
+    table's rows first (kernel_details' Step Id needs the step ranges); ``key`` orders the spooled
+    rows (ascending; default the device id).
+    """
+
+    def __init__(
+        self,
+        context: Context,
+        table: str,
+        name: str | SliceNaming,
+        cells: Sequence[Cell],
+        *,
+        fmt: Format = "csv",
+        rows: Rows | None = None,
+        frame: Rows | None = None,
+        by_device: bool = True,
+        spool: bool = False,
+        key: Callable[[pa.RecordBatch], pa.Array] | None = None,
+        line_end: str = "\n",
+        quote_chars: str | None = MINIMAL_QUOTING,
+        slice_rows: int = CSV_LIMIT,
+    ) -> None:
+        self.context = context
+        self.tables = (table,)
+        self.name = name
+        self.cells = list(cells)
+        self.fmt = fmt
+        self._rows = rows
+        self._frame = frame
+        self._line_end = line_end
+        self._quote_chars = quote_chars
+        self._slice_rows = slice_rows
+        self._key = key or (lambda b: b.column("device_id"))
+        self._sink: TableSink | None = None
+        self._spool_dir: Path | None = None
+        self._spool: _Spool | None = None
+        if spool or key is not None or (by_device and len(context.devices) > 1):
+            context.out_dir.mkdir(parents=True, exist_ok=True)
+            self._spool_dir = Path(tempfile.mkdtemp(prefix=".spool-", dir=context.out_dir))
+            self._spool = _Spool(self._spool_dir)
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        if self._rows is not None:
+            batch = self._rows(batch)
+        if not batch.num_rows:
+            return
+        if self._spool is None:
+            self._emit(batch)
+            return
+        keys = self._key(batch)
+        first, last = pc.min_max(keys).values()
+        if first == last:
+            self._spool.write(first.as_py(), batch)
+            return
+        for key in pc.unique(keys).to_pylist():
+            self._spool.write(key, batch.filter(pc.equal(keys, key)))
+
+    def _emit(self, batch: pa.RecordBatch) -> None:
+        if self._frame is not None:
+            batch = self._frame(batch)
+        offset = self.context.wall_offset_ns
+        frame = pa.RecordBatch.from_arrays(
+            [cell.values(batch, offset) for cell in self.cells],
+            names=[f"c{i}" for i in range(len(self.cells))],
+        )
+        if self._sink is None:
+            self._sink = self._open(frame.schema)
+        elif not frame.schema.equals(self._sink.schema):
+            frame = frame.cast(self._sink.schema)
+        self._sink.write(frame)
+
+    def _open(self, schema: pa.Schema) -> TableSink:
+        columns = [
+            Column(f"c{i}", cell.header, unit=cell.unit, null=cell.null) for i, cell in enumerate(self.cells)
+        ]
+        if self.fmt == "json":
+            name = self.name if isinstance(self.name, str) else self.name(0, 1)
+            return SummaryJsonSink(self.context.out_dir / name, schema, columns=columns)
+        naming = self.name if callable(self.name) else (lambda _i, _n, name=self.name: name)
+        return CsvSink(
+            self.context.out_dir,
+            schema,
+            naming,
+            columns=columns,
+            slice_rows=self._slice_rows,
+            quote_chars=self._quote_chars,
+            line_end=self._line_end,
+        )
+
+    def close(self) -> list[Path]:
+        try:
+            if self._spool is not None:
+                for batch in self._spool.replay():
+                    self._emit(batch)
+            if self._sink is None:
+                return []
+            self._sink.close()
+            return list(self._sink.paths)
+        finally:
+            self._remove_spool()
+
+    def abort(self) -> None:
+        if self._sink is not None:
+            self._sink.abort()
+        self._remove_spool()
+
+    def _remove_spool(self) -> None:
+        if self._spool_dir is not None:
+            shutil.rmtree(self._spool_dir, ignore_errors=True)
+            self._spool_dir = self._spool = None
+
+
+class EventBuilder(ABC):
+    """Turns batches of one canonical table into chrome-trace events."""
+
+    table: str
+
+    @abstractmethod
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        """The events of one batch (metadata included, the first time a process or thread appears)."""
+
+
+@dataclass
+class Processes:
+    """Process and thread metadata, emitted once per process and once per thread."""
+
+    _processes: set[int] = field(default_factory=set)
+    _threads: set[tuple[int, int]] = field(default_factory=set)
+
+    def process(self, pid: int, name: str, label: str | None, sort_index: int) -> list[MetadataEvents]:
+        """``process_name`` / ``process_labels`` / ``process_sort_index`` of a new process."""
+        if pid in self._processes:
+            return []
+        self._processes.add(pid)
+        events = [MetadataEvents("process_name", pid, 0, name)]
+        if label is not None:
+            events.append(MetadataEvents("process_labels", pid, 0, label))
+        events.append(MetadataEvents("process_sort_index", pid, 0, sort_index))
+        return events
+
+    def threads(
+        self, pid: int, tids: Iterable[int], name: Callable[[int], str], sort_index: Callable[[int], int]
+    ) -> list[MetadataEvents]:
+        """``thread_name`` / ``thread_sort_index`` of each thread of ``pid`` not seen before."""
+        new = [tid for tid in dict.fromkeys(tids) if (pid, tid) not in self._threads]
+        if not new:
+            return []
+        self._threads.update((pid, tid) for tid in new)
+        return [
+            MetadataEvents("thread_name", pid, pa.array(new, pa.int64()), pa.array([name(t) for t in new])),
+            MetadataEvents(
+                "thread_sort_index", pid, pa.array(new, pa.int64()), pa.array([sort_index(t) for t in new])
+            ),
+        ]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Timeline file roll sizes and the total budget (``timeline_limit``); None: no limit."""
+
+    max_file_bytes: int | None = None
+    max_file_events: int | None = None
+    budget_bytes: int | None = None
+
+
+class TimelineOutput(Output):
+    """One chrome-trace file set (``msprof_{ts}.json`` or ``trace_view.json``), rolled and budgeted."""
+
+    def __init__(
+        self, directory: Path, naming: SliceNaming, builders: Sequence[EventBuilder], limits: Limits
+    ) -> None:
+        self.directory = directory
+        self.naming = naming
+        self.limits = limits
+        self._builders: dict[str, list[EventBuilder]] = {}
+        for builder in builders:
+            self._builders.setdefault(builder.table, []).append(builder)
+        self.tables = tuple(self._builders)
+        self.writer: ChromeTraceWriter | None = None
+
+    def _writer(self) -> ChromeTraceWriter:
+        if self.writer is None:
+            self.writer = ChromeTraceWriter(
+                self.directory,
+                self.naming,
+                max_file_bytes=self.limits.max_file_bytes,
+                max_file_events=self.limits.max_file_events,
+                budget_bytes=self.limits.budget_bytes,
+            )
+        return self.writer
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        for builder in self._builders[table]:
+            for events in builder.events(batch):
+                if events.rows:
+                    self._writer().write_events(events)
+
+    @property
+    def drop_report(self) -> DropReport | None:
+        return None if self.writer is None else self.writer.drop_report
+
+    def close(self) -> list[Path]:
+        if self.writer is None:
+            return []
+        self.writer.close()
+        return list(self.writer.paths)
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.abort()
+
+
+class ParquetOutput(Output):
+    """Each canonical table as a Parquet dataset ``{out_dir}/{table}/device_id=N/``."""
+
+    def __init__(self, out_dir: Path, schemas: dict[str, pa.Schema]) -> None:
+        self.out_dir = out_dir
+        self.schemas = schemas
+        self.tables = tuple(schemas)
+        self._sinks: dict[str, ParquetSink] = {}
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        sink = self._sinks.get(table)
+        if sink is None:
+            partition = "device_id" if "device_id" in batch.schema.names else None
+            sink = self._sinks[table] = ParquetSink(
+                self.out_dir / table, batch.schema, partition_by=partition
+            )
+        sink.write(batch)
+
+    def close(self) -> list[Path]:
+        paths: list[Path] = []
+        for sink in self._sinks.values():
+            sink.close()
+            paths.extend(sink.paths)
+        return paths
+
+    def abort(self) -> None:
+        for sink in self._sinks.values():
+            with contextlib.suppress(Exception):
+                sink.abort()

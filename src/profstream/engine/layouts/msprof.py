@@ -1,0 +1,495 @@
+"""The ``msprof`` layout: ``PROF_XXX/mindstudio_profiler_output/``, as ``msprof.py export`` writes it.
+
+Files (msprof_outputs.md §1 to §3), each named ``{module}_{timestamp}.{csv|json}`` with one timestamp per
+export (the C++ path's rule, §1.2) and sliced at 1,000,000 rows:
+
+* timeline: ``msprof_{ts}.json`` (every layer of :mod:`.timeline`) and ``step_trace_{ts}.json``
+  (the Step Trace layer alone, §2.4);
+* summary: ``op_summary``, ``op_statistic``, ``task_time``, ``api_statistic``, ``step_trace``,
+  ``communication_statistic``, ``npu_mem``, ``npu_module_mem``, ``memory_record``,
+  ``operator_memory`` (§2), each with ``Device_id`` first (§1.4), and ``README.txt`` (§1.3).
+
+Choices where the spec leaves room:
+
+* op_summary rows are device tasks matched to node info (an op type is known) whose task type is
+  not WRITE_BACK/INVALID/HCCL_AI_CPU/COMMUNICATION (§2.1) nor HCCL: the real kernel_details.csv in
+  shared/realdata lists communication once per op (Task ID ``N/A``, type ``HCCL``), never per HCCL
+  task. Those per-op rows are not written yet. Headers are the C++ ones (``Block Num``,
+  ``Mix Block Num``); ``Context ID`` and ``Mix Block Num`` only on STARS chips.
+* task_time, like op_summary, lists a MIX or FFTS+ task by its context rows, not the whole-task row
+  STARS also reports (``sub_task_parents``); §4e's rule for multi-context FFTS+ groups is not applied.
+* api_statistic's ``Device_id`` is the collection's first device, as the real C++ file in
+  shared/realdata shows (``0``), not ``host``.
+* step_trace holds its rows (one per iteration, output-sized) until close, because the number of
+  Reduce column pairs is the largest count in any iteration (§2.4).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream.engine.layouts._outputs import (
+    Cell,
+    Context,
+    Format,
+    Limits,
+    Output,
+    Processes,
+    SummaryOutput,
+    TimelineOutput,
+    stamp,
+)
+from profstream.engine.layouts.timeline import StepTrace, cann_layers, text
+from profstream.engine.operators.statistics import TaskWaitTime, sub_task_parents
+from profstream.engine.schema import NO_ID
+from profstream.sinks import SliceNaming, msprof_slice_names
+from profstream.sinks._base import StagedFile
+
+OUTPUT_DIR = "mindstudio_profiler_output"
+#: task types op_summary leaves out (C++ ``INVALID_TASK_TYPE``)
+EXCLUDED_TASK_TYPES = ("WRITE_BACK", "INVALID", "HCCL_AI_CPU", "COMMUNICATION", "HCCL")
+#: README descriptions of the modules profstream writes (paraphrased from msprof's
+#: ``FilenameIntroductionConfig`` topics)
+DESCRIPTIONS = {
+    "msprof": "Timeline of the whole run: device tasks, CANN APIs, communication, overlap analysis, "
+    "step trace and NPU memory\n",
+    "step_trace": "Step Trace layer of the timeline: iterations, FP/BP and all-reduce slices\n",
+    "op_summary": "One row per device task matched to an operator, with AI Core PMU metrics\n",
+    "op_statistic": "Device task time per operator type and core type\n",
+    "task_time": "One row per device task: kernel name, type, stream, task id and times\n",
+    "api_statistic": "Host CANN API time per level and API name\n",
+    "step_trace_csv": "Per iteration: FP/BP times, iteration time, refresh, data augmentation and reduces\n",
+    "communication_statistic": "Communication operator time per operator type\n",
+    "npu_mem": "Application and device memory on the NPU over time (KB)\n",
+    "npu_module_mem": "Memory reserved by each NPU component over time (KB)\n",
+    "memory_record": "Total memory allocated and reserved by GE over time (KB)\n",
+    "operator_memory": "Memory each operator allocated, with allocation time and duration\n",
+}
+
+
+def scaled(column: str, divisor: float) -> Callable[[pa.RecordBatch], pa.Array]:
+    """A column as floats divided by ``divisor`` (bytes -> KB or MB, ns -> µs)."""
+
+    def values(batch: pa.RecordBatch) -> pa.Array:
+        return pc.divide(pc.cast(batch.column(column), pa.float64()), divisor)
+
+    return values
+
+
+def kilobytes(header: str, column: str, divisor: float = 1024.0) -> Cell:
+    """bytes as KB (or MB with ``divisor`` 1024²), a float as msprof prints it."""
+    return Cell(header, scaled(column, divisor))
+
+
+def metric_header(name: str) -> str:
+    """A PMU column's header: msprof's name and its unit (``aicore_time(us)``, ``aic_l0a_read_bw(GB/s)``)."""
+    if name.endswith("_time"):
+        return f"{name}(us)"
+    if name.endswith("_bw") or "_bw_" in name:
+        return f"{name}(GB/s)"
+    if name.endswith("_datas"):
+        return f"{name}(KB)"
+    if name == "cube_utilization":
+        return f"{name}(%)"
+    return name
+
+
+def _context_id(batch: pa.RecordBatch) -> pa.Array:
+    values = batch.column("context_id")
+    return pc.if_else(pc.equal(values, NO_ID), pa.scalar(None, values.type), values)
+
+
+def op_summary_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The device tasks msprof's op_summary lists (module docstring)."""
+    keep = pc.and_(
+        pc.and_(pc.is_valid(text(batch.column("op_type"))), pc.invert(sub_task_parents(batch))),
+        pc.invert(pc.is_in(text(batch.column("task_type")), pa.array(EXCLUDED_TASK_TYPES))),
+    )
+    return batch.filter(pc.fill_null(keep, True))
+
+
+def task_cells(context: Context, names: dict[str, str], *, level0: bool = False) -> list[Cell]:
+    """The op_summary / kernel_details columns (``names`` renames headers, torch_npu's way)."""
+
+    def head(header: str) -> str:
+        return names.get(header, header)
+
+    if level0:
+        return [
+            Cell(head("Op Name"), "op_name"),
+            Cell(head("OP Type"), "op_type"),
+            Cell(head("Task Type"), "task_type"),
+            stamp(head("Task Start Time(us)"), "start_ns"),
+            Cell(head("Task Duration(us)"), _duration, "duration_us"),
+            Cell(head("Task Wait Time(us)"), "wait_ns", "duration_us"),
+            Cell(head("Block Num"), "block_dim"),
+        ]
+    cells = [
+        Cell(head("Model ID"), "model_id"),
+        Cell(head("Task ID"), "task_id"),
+        Cell(head("Stream ID"), "stream_id"),
+        Cell(head("Op Name"), "op_name"),
+        Cell(head("OP Type"), "op_type"),
+        Cell(head("OP State"), "op_state"),
+        Cell(head("Task Type"), "task_type"),
+        stamp(head("Task Start Time(us)"), "start_ns"),
+        Cell(head("Task Duration(us)"), _duration, "duration_us"),
+        Cell(head("Task Wait Time(us)"), "wait_ns", "duration_us"),
+        Cell(head("Block Num"), "block_dim"),
+    ]
+    if context.stars:
+        cells.append(Cell(head("Mix Block Num"), "mix_block_dim"))
+    cells += [
+        Cell(head("HF32 Eligible"), "hf32_eligible"),
+        Cell(head("Input Shapes"), "input_shapes"),
+        Cell(head("Input Data Types"), "input_data_types"),
+        Cell(head("Input Formats"), "input_formats"),
+        Cell(head("Output Shapes"), "output_shapes"),
+        Cell(head("Output Data Types"), "output_data_types"),
+        Cell(head("Output Formats"), "output_formats"),
+    ]
+    if context.stars:
+        cells.append(Cell(head("Context ID"), _context_id))
+    cells += [Cell(metric_header(name), name) for name in context.metric_columns]
+    return cells
+
+
+def _duration(batch: pa.RecordBatch) -> pa.Array:
+    return pc.subtract(batch.column("end_ns"), batch.column("start_ns"))
+
+
+class WaitTime:
+    """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1)."""
+
+    def __init__(self) -> None:
+        self._wait = TaskWaitTime()
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        wait = self._wait(
+            batch.column("start_ns").to_numpy(),
+            batch.column("end_ns").to_numpy(),
+            batch.column("device_id").to_numpy(),
+        )
+        return batch.append_column("wait_ns", pa.array(wait))
+
+
+def _statistic_cells(head: Sequence[Cell]) -> list[Cell]:
+    return [
+        *head,
+        Cell("OP Type", "op_type"),
+        Cell("Core Type", "core_type"),
+        Cell("Count", "count"),
+        Cell("Total Time(us)", "total_ns", "duration_us"),
+        Cell("Min Time(us)", "min_ns", "duration_us"),
+        Cell("Avg Time(us)", lambda b: pc.round(pc.divide(b.column("avg_ns"), 1000.0), 3)),
+        Cell("Max Time(us)", "max_ns", "duration_us"),
+        Cell("Ratio(%)", lambda b: pc.round(b.column("ratio"), 3)),
+    ]
+
+
+def api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
+    """api_statistic's columns after the optional Device_id (§2.5)."""
+    return [
+        *head,
+        Cell("Level", "level"),
+        Cell("API Name", "name"),
+        Cell("Time(us)", lambda b: pc.round(b.column("total_us"), 3)),
+        Cell("Count", "count"),
+        Cell("Avg(us)", lambda b: pc.round(b.column("avg_us"), 3)),
+        Cell("Min(us)", lambda b: pc.round(b.column("min_us"), 3)),
+        Cell("Max(us)", lambda b: pc.round(b.column("max_us"), 3)),
+        Cell("Variance", lambda b: pc.round(b.column("variance"), 3)),
+    ]
+
+
+def op_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
+    """op_statistic's columns after the optional Device_id (§2.2)."""
+    return _statistic_cells(head)
+
+
+def _source(name: str) -> pa.Array:
+    return pa.array([name])
+
+
+def _device_type(batch: pa.RecordBatch) -> pa.Array:
+    """``NPU:{device}``, as the memory files print the device."""
+    return pc.binary_join_element_wise("NPU:", text(batch.column("device_id")), "")
+
+
+class StepTraceCsv(SummaryOutput):
+    """step_trace_{ts}: one row per iteration, with as many Reduce pairs as the busiest iteration (§2.4)."""
+
+    def __init__(self, context: Context, fmt: Format) -> None:
+        suffix = f".{fmt}"
+        super().__init__(
+            context,
+            "steps",
+            msprof_slice_names("step_trace", context.timestamp, suffix),
+            [],
+            fmt=fmt,
+            rows=self._iterations,
+            by_device=False,
+        )
+        self._held: list[pa.RecordBatch] = []
+
+    @staticmethod
+    def _iterations(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch.filter(pc.equal(text(batch.column("kind")), "model"))
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        batch = self._iterations(batch)
+        if batch.num_rows:
+            self._held.append(batch)
+
+    def close(self) -> list[Path]:
+        if not self._held:
+            return []
+        table = pa.Table.from_batches(self._held).sort_by(
+            [("device_id", "ascending"), ("end_ns", "ascending")]
+        )
+        pairs = pc.max(pc.list_value_length(table.column("reduce_start_ns"))).as_py() or 0
+        self.cells = [
+            Cell("Device_id", "device_id"),
+            Cell("Iteration ID", "iteration_id"),
+            stamp("FP Start(us)", "fp_ns"),
+            stamp("BP End(us)", "bp_ns"),
+            stamp("Iteration End(us)", "end_ns"),
+            Cell("Iteration Time(us)", lambda b: _between(b, "start_ns", "end_ns"), "duration_us"),
+            Cell("FP to BP Time(us)", lambda b: _between(b, "fp_ns", "bp_ns"), "duration_us"),
+            Cell("Iteration Refresh(us)", lambda b: _between(b, "bp_ns", "end_ns"), "duration_us"),
+            Cell("Data Aug Bound(us)", "data_aug_ns", "duration_us"),
+            Cell("Model ID", "model_id"),
+        ]
+        for k in range(pairs):
+            self.cells += [
+                stamp("Reduce Start(us)", functools.partial(_reduce, k=k, which="start")),
+                Cell("Reduce Duration(us)", functools.partial(_reduce_duration, k=k), "duration_us"),
+            ]
+        for batch in table.combine_chunks().to_batches():
+            self._emit(batch)
+        return super().close()
+
+
+def _between(batch: pa.RecordBatch, start: str, end: str) -> pa.Array:
+    return pc.subtract(batch.column(end), batch.column(start))
+
+
+def _reduce(batch: pa.RecordBatch, k: int, which: str) -> pa.Array:
+    values = batch.column(f"reduce_{which}_ns")
+    lengths = pc.list_value_length(values).fill_null(0)
+    padded = pc.if_else(pc.greater(lengths, k), values, pa.scalar([0] * (k + 1), values.type))
+    element = pc.list_element(padded, k)
+    return pc.if_else(pc.greater(lengths, k), element, pa.scalar(None, pa.int64()))
+
+
+def _reduce_duration(batch: pa.RecordBatch, k: int) -> pa.Array:
+    return pc.subtract(_reduce(batch, k, "end"), _reduce(batch, k, "start"))
+
+
+def summary_outputs(context: Context, fmt: Format) -> list[Output]:
+    """Every summary file of the msprof layout."""
+    ts, suffix = context.timestamp, f".{fmt}"
+
+    def named(module: str) -> SliceNaming:
+        return msprof_slice_names(module, ts, suffix)
+
+    device = Cell("Device_id", "device_id")
+    first_device = Cell(
+        "Device_id", lambda b: pa.array([context.devices[0] if context.devices else 0] * b.num_rows)
+    )
+    wait = WaitTime()
+    outputs: list[Output] = [
+        SummaryOutput(
+            context,
+            "tasks",
+            named("op_summary"),
+            [device, *task_cells(context, {})],
+            fmt=fmt,
+            rows=op_summary_rows,
+            frame=wait,
+        ),
+        SummaryOutput(
+            context,
+            "op_statistic",
+            named("op_statistic"),
+            op_statistic_cells([device]),
+            fmt=fmt,
+            by_device=False,
+        ),
+        SummaryOutput(
+            context,
+            "tasks",
+            named("task_time"),
+            [
+                device,
+                Cell("kernel_name", "op_name"),
+                Cell(
+                    "kernel_type",
+                    lambda b: pc.coalesce(
+                        text(b.column("task_type")),
+                        text(b.column("host_task_type")),
+                        text(b.column("device_task_type")),
+                    ),
+                ),
+                Cell("stream_id", "stream_id"),
+                Cell("task_id", "task_id"),
+                Cell("task_time(us)", _duration, "duration_us"),
+                stamp("task_start(us)", "start_ns"),
+                stamp("task_stop(us)", "end_ns"),
+            ],
+            fmt=fmt,
+            rows=lambda b: b.filter(pc.invert(sub_task_parents(b))),
+        ),
+        SummaryOutput(
+            context,
+            "api_statistic",
+            named("api_statistic"),
+            api_statistic_cells([first_device]),
+            fmt=fmt,
+            by_device=False,
+        ),
+        StepTraceCsv(context, fmt),
+        SummaryOutput(
+            context,
+            "comm_statistic",
+            named("communication_statistic"),
+            [
+                device,
+                Cell("OP Type", "op_type"),
+                Cell("Count", "count"),
+                Cell("Total Time(us)", "total_ns", "duration_us"),
+                Cell("Min Time(us)", "min_ns", "duration_us"),
+                Cell("Avg Time(us)", lambda b: pc.round(pc.divide(b.column("avg_ns"), 1000.0), 3)),
+                Cell("Max Time(us)", "max_ns", "duration_us"),
+                Cell("Ratio(%)", lambda b: pc.round(b.column("ratio"), 3)),
+            ],
+            fmt=fmt,
+            by_device=False,
+        ),
+        SummaryOutput(
+            context,
+            "npu_mem",
+            named("npu_mem"),
+            [
+                device,
+                Cell("event", "event"),
+                kilobytes("ddr(KB)", "ddr_bytes"),
+                kilobytes("hbm(KB)", "hbm_bytes"),
+                Cell(
+                    "memory(KB)",
+                    lambda b: pc.divide(
+                        pc.cast(pc.add(b.column("ddr_bytes"), b.column("hbm_bytes")), pa.float64()), 1024.0
+                    ),
+                ),
+                stamp("timestamp(us)", "time_ns"),
+            ],
+            fmt=fmt,
+        ),
+        SummaryOutput(
+            context,
+            "npu_module_mem",
+            named("npu_module_mem"),
+            [
+                device,
+                Cell("Component", "component"),
+                stamp("Timestamp(us)", "time_ns"),
+                Cell(
+                    "Total Reserved(KB)",
+                    lambda b: pc.fill_null(
+                        pc.divide(pc.cast(b.column("total_reserved_bytes"), pa.float64()), 1024.0), -1.0
+                    ),
+                ),
+                Cell("Device", _device_type),
+            ],
+            fmt=fmt,
+        ),
+        SummaryOutput(
+            context,
+            "memory_record",
+            named("memory_record"),
+            [
+                device,
+                Cell("Component", "component"),
+                stamp("Timestamp(us)", "time_ns"),
+                kilobytes("Total Allocated(KB)", "total_allocated"),
+                kilobytes("Total Reserved(KB)", "total_reserved"),
+                Cell("Device", _device_type),
+            ],
+            fmt=fmt,
+            rows=lambda b: b.filter(pc.equal(text(b.column("component")), "GE")),
+        ),
+        SummaryOutput(
+            context,
+            "memory",
+            named("operator_memory"),
+            [
+                device,
+                Cell("Name", "name"),
+                kilobytes("Size(KB)", "size_bytes"),
+                stamp("Allocation Time(us)", "alloc_ns"),
+                Cell("Duration(us)", "duration_ns", "duration_us"),
+                kilobytes("Allocation Total Allocated(KB)", "alloc_total_allocated"),
+                kilobytes("Allocation Total Reserved(KB)", "alloc_total_reserved"),
+                kilobytes("Release Total Allocated(KB)", "release_total_allocated"),
+                kilobytes("Release Total Reserved(KB)", "release_total_reserved"),
+                Cell("Device", _device_type),
+            ],
+            fmt=fmt,
+            rows=lambda b: b.filter(pc.equal(text(b.column("source")), "GE")),
+        ),
+    ]
+    return outputs
+
+
+def timeline_outputs(context: Context, limits: Limits) -> list[TimelineOutput]:
+    """``msprof_{ts}.json`` and ``step_trace_{ts}.json``; the budget covers both (module docstring)."""
+    processes = Processes()
+    main = TimelineOutput(
+        context.out_dir,
+        msprof_slice_names("msprof", context.timestamp, ".json"),
+        cann_layers(context, processes),
+        limits,
+    )
+    steps = TimelineOutput(
+        context.out_dir,
+        msprof_slice_names("step_trace", context.timestamp, ".json"),
+        [StepTrace(context, Processes())],
+        Limits(limits.max_file_bytes, limits.max_file_events),
+    )
+    return [main, steps]
+
+
+def write_readme(out_dir: Path) -> Path:
+    """README.txt: the modules of the ``*.json`` and ``*.csv`` files in ``out_dir`` (§1.3)."""
+    lines = []
+    for title, pattern in (
+        ("Timeline file description:\n", "*.json"),
+        ("Summary file description:\n", "*.csv"),
+    ):
+        lines.append(title)
+        modules = sorted({_module(p.name) for p in out_dir.glob(pattern)})
+        for k, module in enumerate(modules, 1):
+            key = "step_trace_csv" if module == "step_trace" and pattern == "*.csv" else module
+            description = DESCRIPTIONS.get(
+                key,
+                f"Here is no description about this file: {module}, "
+                "please check in 'Profiling Instructions'!\n",
+            )
+            lines.append(f"{k}.{module}.{pattern[2:]}:{description}")
+        lines.append("\n")
+    staged = StagedFile(out_dir, "README.txt")
+    staged.write("".join(lines).encode())
+    return staged.commit("README.txt")
+
+
+def _module(name: str) -> str:
+    """The module of ``{module}[_slice_{n}]_{ts}.{ext}`` (msprof_outputs.md §1.2)."""
+    stem = name.rsplit(".", 1)[0]
+    stem = stem.rsplit("_", 1)[0]
+    head, sep, _ = stem.rpartition("_slice_")
+    return head if sep else stem

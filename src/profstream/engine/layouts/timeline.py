@@ -1,0 +1,532 @@
+"""Chrome-trace events of every timeline layer, from the canonical tables (msprof_outputs.md §3).
+
+One :class:`~profstream.engine.layouts._outputs.EventBuilder` per layer; msprof's ``msprof_{ts}.json``
+uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
+(framework_outputs.md §3.1).
+
+* pids: ``(P << 10) | (sort_index << 5) | D`` with ``P`` = info.json ``pid``, ``D`` = device id
+  or 31 for host layers (§3.3). Sort indices are the current C++ ``LAYER_INFO`` ones: CANN 7,
+  Ascend Hardware 14, Communication 16, NPU MEM 17, Overlap Analysis 31 (older CANN wrote 13, 15,
+  19, 23, as torch_npu's trace_view.json in shared/realdata shows; viewers only order by them).
+  Device labels are ``NPU {D}`` (``GetLayerInfoLabelWithDeviceId``).
+* ``ts`` is local wall-clock µs with three decimals (the host-monotonic ns plus the start_info
+  offset, §3.5), ``dur`` µs.
+* HostToDevice flows (§3.7, C++ form): ``s`` at the launching API on the CANN layer, ``f`` at the
+  device task on Ascend Hardware, ``id = str(connection_id << 32)``, name ``HostToDevice{id}``,
+  for tasks with an op name.
+
+Choices: a Communication group's thread is ``100 * k`` for the ``k``-th group seen on a device
+and its planes ``100 * k + plane + 1`` (msprof numbers them consecutively after counting planes,
+which a stream does not know in advance; viewers only show the names). The Step Trace layer
+draws the iteration, FP_BP, Iteration Refresh and Reduce slices; the Data_aug Bound flow pair is not
+drawn (its position differs between msprof's two paths, §3.6). Communication ops get no
+HostToDevice flow (their launching API is not joined to the op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream.engine.layouts._outputs import Context, EventBuilder, Processes
+from profstream.engine.operators.statistics import sub_task_parents
+from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents
+from profstream.sinks.chrome_trace import Events
+
+HOST_SLOT = 31
+CANN_SORT = 7
+HARDWARE_SORT = 14
+COMMUNICATION_SORT = 16
+NPU_MEM_SORT = 17
+OVERLAP_SORT = 31
+STEP_TRACE_TID = 70000
+#: api levels as the CANN layer names them (``{Level}@{api}``, §3.4)
+LEVEL_NAMES = {
+    "acl": "AscendCL",
+    "runtime": "Runtime",
+    "model": "Model",
+    "node": "Node",
+    "communication": "Communication",
+}
+OVERLAP_KINDS = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
+
+
+def format_pid(process_id: int, sort_index: int, device: int) -> int:
+    """msprof's timeline pid of one layer of one device (``JsonAssembler::GetFormatPid``)."""
+    return (process_id << 10) | (sort_index << 5) | device
+
+
+def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A column as plain strings (dictionaries decoded), for string functions."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        return values.dictionary_decode()
+    return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+
+
+def per_device(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """The rows of each device in ``batch`` (usually one)."""
+    devices = batch.column("device_id")
+    low, high = pc.min_max(devices).values()
+    if low.as_py() == high.as_py():
+        yield low.as_py(), batch
+        return
+    for device in pc.unique(devices).to_pylist():
+        yield device, batch.filter(pc.equal(devices, device))
+
+
+def local(context: Context, ns: pa.Array) -> pa.Array:
+    """Host-monotonic ns as local wall-clock ns (§3.5)."""
+    return pc.add(ns, context.wall_offset_ns)
+
+
+def duration(batch: pa.RecordBatch, start: str = "start_ns", end: str = "end_ns") -> pa.Array:
+    return pc.subtract(batch.column(end), batch.column(start))
+
+
+class _Layer(EventBuilder):
+    def __init__(self, context: Context, processes: Processes) -> None:
+        self.context = context
+        self.processes = processes
+
+    def pid(self, sort_index: int, device: int) -> int:
+        return format_pid(self.context.process_id, sort_index, device)
+
+    def device_process(self, name: str, sort_index: int, device: int) -> list[Events]:
+        pid = self.pid(sort_index, device)
+        return list(self.processes.process(pid, name, f"NPU {device}", sort_index))
+
+
+class AscendHardware(_Layer):
+    """Device tasks per stream, and the HostToDevice flows that launched them."""
+
+    table = "tasks"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        batch = batch.filter(pc.invert(sub_task_parents(batch)))  # the parent is not drawn (§3.4)
+        for device, rows in per_device(batch) if batch.num_rows else ():
+            yield from self._device(device, rows)
+
+    def _device(self, device: int, rows: pa.RecordBatch) -> Iterator[Events]:
+        pid = self.pid(HARDWARE_SORT, device)
+        yield from self.device_process("Ascend Hardware", HARDWARE_SORT, device)
+        streams = rows.column("stream_id")
+        yield from self.processes.threads(
+            pid, pc.unique(streams).to_pylist(), lambda t: f"Stream {t}", lambda t: t
+        )
+        host_type = text(rows.column("host_task_type"))
+        device_type = text(rows.column("device_task_type"))
+        op_name = text(rows.column("op_name"))
+        start = local(self.context, rows.column("start_ns"))
+        yield CompleteEvents(
+            name=pc.coalesce(op_name, host_type, device_type),
+            pid=pid,
+            tid=streams,
+            ts_ns=start,
+            dur_ns=duration(rows),
+            args={
+                "Model Id": rows.column("model_id"),
+                "Task Type": pc.coalesce(text(rows.column("task_type")), host_type, device_type),
+                "Physic Stream Id": streams,
+                "Task Id": rows.column("task_id"),
+                "Batch Id": rows.column("batch_id"),
+                "Subtask Id": rows.column("context_id"),
+                "connection_id": rows.column("connection_id"),
+            },
+        )
+        launched = pc.and_(
+            pc.and_(pc.is_valid(rows.column("connection_id")), pc.is_valid(rows.column("launch_ns"))),
+            pc.is_valid(op_name),
+        )
+        flows = rows.filter(launched)
+        if flows.num_rows:
+            flow_id = text(pc.shift_left(flows.column("connection_id"), 32))
+            name = pc.binary_join_element_wise("HostToDevice", flow_id, "")
+            cann = format_pid(self.context.process_id, CANN_SORT, HOST_SLOT)
+            yield FlowEvents(
+                "s",
+                name,
+                cann,
+                flows.column("launch_thread_id"),
+                local(self.context, flows.column("launch_ns")),
+                "HostToDevice",
+                flow_id,
+            )
+            yield FlowEvents(
+                "f",
+                name,
+                pid,
+                flows.column("stream_id"),
+                local(self.context, flows.column("start_ns")),
+                "HostToDevice",
+                flow_id,
+            )
+
+
+class Cann(_Layer):
+    """Host API calls on the CANN layer, one thread per host thread."""
+
+    table = "api"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        pid = self.pid(CANN_SORT, HOST_SLOT)
+        yield from self.processes.process(pid, "CANN", "CPU", CANN_SORT)
+        threads = batch.column("thread_id")
+        yield from self.processes.threads(
+            pid, pc.unique(threads).to_pylist(), lambda t: f"Thread {t}", lambda t: t
+        )
+        level = text(batch.column("level"))
+        shown = pc.coalesce(
+            pc.if_else(pc.is_in(level, pa.array(list(LEVEL_NAMES))), _level_names(level), level), "Api"
+        )
+        name = text(batch.column("name"))
+        yield CompleteEvents(
+            name=pc.binary_join_element_wise(shown, name, "@"),
+            pid=pid,
+            tid=threads,
+            ts_ns=local(self.context, batch.column("start_ns")),
+            dur_ns=duration(batch),
+            args={
+                "Thread Id": threads,
+                "level": level,
+                "id": name,
+                "item_id": batch.column("item_id"),
+                "connection_id": batch.column("connection_id"),
+            },
+        )
+
+
+def _level_names(level: pa.Array) -> pa.Array:
+    keys = pa.array(list(LEVEL_NAMES))
+    index = pc.index_in(level, keys)
+    return pc.take(pa.array(list(LEVEL_NAMES.values())), index)
+
+
+class _Groups:
+    """The thread of each Communication group per device (module docstring)."""
+
+    def __init__(self) -> None:
+        self._index: dict[tuple[int, str], int] = {}
+
+    def tids(self, device: int, groups: pa.Array) -> np.ndarray:
+        names = text(groups).fill_null("N/A").to_pylist()
+        out = np.empty(len(names), np.int64)
+        for row, group in enumerate(names):
+            key = (device, group)
+            if key not in self._index:
+                self._index[key] = sum(1 for d, _ in self._index if d == device)
+            out[row] = 100 * self._index[key]
+        return out
+
+
+class Communication(_Layer):
+    """HCCL ops on their group's thread, HCCL tasks on the group's plane threads."""
+
+    table = "comm"
+
+    def __init__(self, context: Context, processes: Processes, groups: _Groups) -> None:
+        super().__init__(context, processes)
+        self.groups = groups
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        for device, rows in per_device(batch):
+            pid = self.pid(COMMUNICATION_SORT, device)
+            yield from self.device_process("Communication", COMMUNICATION_SORT, device)
+            tids = self.groups.tids(device, rows.column("group_name"))
+            groups = text(rows.column("group_name")).fill_null("N/A").to_pylist()
+            names = {
+                int(t): "Communication" if g == "N/A" else f"Group {g} Communication"
+                for t, g in zip(tids.tolist(), groups, strict=True)
+            }
+            yield from self.processes.threads(pid, names, names.__getitem__, lambda t: t)
+            yes_no = pa.array(["no", "yes"])
+            yield CompleteEvents(
+                name=rows.column("op_name"),
+                pid=pid,
+                tid=pa.array(tids),
+                ts_ns=local(self.context, rows.column("start_ns")),
+                dur_ns=duration(rows),
+                args={
+                    "rank_size": rows.column("rank_size"),
+                    "connection_id": rows.column("connection_id"),
+                    "model id": rows.column("model_id"),
+                    "data_type": rows.column("data_type"),
+                    "alg_type": rows.column("alg_type"),
+                    "count": rows.column("count"),
+                    "relay": pc.take(yes_no, pc.cast(rows.column("relay"), pa.int8())),
+                    "retry": pc.take(yes_no, pc.cast(rows.column("retry"), pa.int8())),
+                },
+            )
+
+
+class CommunicationTasks(Communication):
+    """HCCL tasks on the plane threads of their group."""
+
+    table = "comm_tasks"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        for device, rows in per_device(batch):
+            pid = self.pid(COMMUNICATION_SORT, device)
+            yield from self.device_process("Communication", COMMUNICATION_SORT, device)
+            base = self.groups.tids(device, rows.column("group_name"))
+            tids = base + rows.column("plane_id").fill_null(0).to_numpy() + 1
+            yield from self.processes.threads(
+                pid, tids.tolist(), lambda t: f"Plane {t % 100 - 1}", lambda t: t
+            )
+            yield CompleteEvents(
+                name=rows.column("name"),
+                pid=pid,
+                tid=pa.array(tids),
+                ts_ns=local(self.context, rows.column("start_ns")),
+                dur_ns=duration(rows),
+                args={
+                    "notify_id": rows.column("notify_id"),
+                    "duration estimated(us)": rows.column("duration_estimated_us"),
+                    "stream id": rows.column("stream_id"),
+                    "task id": rows.column("task_id"),
+                    "context id": rows.column("context_id"),
+                    "task type": rows.column("name"),
+                    "src rank": rows.column("src_rank"),
+                    "dst rank": rows.column("dst_rank"),
+                    "transport type": rows.column("transport_type"),
+                    "size(Byte)": rows.column("size_bytes"),
+                    "data type": rows.column("data_type"),
+                    "link type": rows.column("link_type"),
+                },
+            )
+
+
+class OverlapAnalysis(_Layer):
+    """The four Overlap Analysis lanes of each device (§3.4, §4a)."""
+
+    table = "overlap"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        for device, rows in per_device(batch):
+            pid = self.pid(OVERLAP_SORT, device)
+            yield from self.device_process("Overlap Analysis", OVERLAP_SORT, device)
+            yield from self.processes.threads(pid, range(4), lambda t: OVERLAP_KINDS[t], lambda t: t)
+            kind = text(rows.column("kind"))
+            yield CompleteEvents(
+                name=kind,
+                pid=pid,
+                tid=pc.index_in(kind, pa.array(OVERLAP_KINDS)),
+                ts_ns=local(self.context, rows.column("start_ns")),
+                dur_ns=duration(rows),
+            )
+
+
+class StepTrace(_Layer):
+    """Model iterations on the Step Trace threads of Ascend Hardware (§3.6)."""
+
+    table = "steps"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        iterations = batch.filter(pc.equal(text(batch.column("kind")), "model"))
+        for device, rows in per_device(iterations) if iterations.num_rows else ():
+            yield from self._device(device, rows)
+
+    def _device(self, device: int, rows: pa.RecordBatch) -> Iterator[Events]:
+        pid = self.pid(HARDWARE_SORT, device)
+        yield from self.device_process("Ascend Hardware", HARDWARE_SORT, device)
+        tids = pc.add(rows.column("model_id"), STEP_TRACE_TID)
+        yield from self.processes.threads(
+            pid,
+            pc.unique(tids).to_pylist(),
+            lambda t: f"Step Trace(Model ID:{t - STEP_TRACE_TID})",
+            lambda t: t,
+        )
+        iteration = text(rows.column("iteration_id"))
+        wall = self.context.wall_offset_ns
+        yield CompleteEvents(
+            name=pc.binary_join_element_wise("Iteration ", iteration, ""),
+            pid=pid,
+            tid=tids,
+            ts_ns=local(self.context, rows.column("start_ns")),
+            dur_ns=duration(rows),
+            cat="Iteration Time",
+            args={
+                "Iteration ID": rows.column("iteration_id"),
+                "FP Start": _micros(rows.column("fp_ns"), wall),
+                "BP End": _micros(rows.column("bp_ns"), wall),
+                "Iteration End": _micros(rows.column("end_ns"), wall),
+                "Iteration Time(us)": pc.divide(pc.cast(duration(rows), pa.float64()), 1000.0),
+            },
+        )
+        both = rows.filter(pc.and_(pc.is_valid(rows.column("fp_ns")), pc.is_valid(rows.column("bp_ns"))))
+        if both.num_rows:
+            both_tids = pc.add(both.column("model_id"), STEP_TRACE_TID)
+            both_iter = text(both.column("iteration_id"))
+            yield CompleteEvents(
+                name=pc.binary_join_element_wise("FP_BP Time ", both_iter, ""),
+                pid=pid,
+                tid=both_tids,
+                ts_ns=local(self.context, both.column("fp_ns")),
+                dur_ns=duration(both, "fp_ns", "bp_ns"),
+                cat="FP_BP Time",
+                args={"Iteration ID": both.column("iteration_id")},
+            )
+            yield CompleteEvents(
+                name=pc.binary_join_element_wise("Iteration Refresh ", both_iter, ""),
+                pid=pid,
+                tid=both_tids,
+                ts_ns=local(self.context, both.column("bp_ns")),
+                dur_ns=duration(both, "bp_ns", "end_ns"),
+                cat="Iteration Refresh",
+                args={"Iteration ID": both.column("iteration_id")},
+            )
+        yield from self._reduces(pid, rows)
+
+    def _reduces(self, pid: int, rows: pa.RecordBatch) -> Iterator[Events]:
+        starts = rows.column("reduce_start_ns")
+        flat_start = pc.list_flatten(starts)
+        if not len(flat_start):
+            return
+        parent = pc.list_parent_indices(starts)
+        position = np.arange(len(flat_start)) - np.repeat(
+            np.r_[0, np.cumsum(pc.list_value_length(starts).fill_null(0).to_numpy())][:-1],
+            pc.list_value_length(starts).fill_null(0).to_numpy(),
+        )
+        flat_end = pc.list_flatten(rows.column("reduce_end_ns"))
+        iteration = pc.take(rows.column("iteration_id"), parent)
+        yield CompleteEvents(
+            name=pc.binary_join_element_wise("Reduce_", text(iteration), text(pa.array(position)), "_"),
+            pid=pid,
+            tid=pc.add(pc.take(rows.column("model_id"), parent), STEP_TRACE_TID),
+            ts_ns=local(self.context, flat_start),
+            dur_ns=pc.subtract(flat_end, flat_start),
+            cat="Reduce",
+            args={"Iteration ID": iteration},
+        )
+
+
+def _micros(ns: pa.Array, wall_offset_ns: int) -> pa.Array:
+    """A local timestamp as µs (float) for an args value; absent stays absent (msprof writes N/A)."""
+    return pc.divide(pc.cast(pc.add(ns, wall_offset_ns), pa.float64(), safe=False), 1000.0)
+
+
+class NpuMem(_Layer):
+    """APP and Device memory counters of each device (§3.4 NPU MEM), in KB."""
+
+    table = "npu_mem"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        for device, rows in per_device(batch):
+            pid = self.pid(NPU_MEM_SORT, device)
+            yield from self.device_process("NPU MEM", NPU_MEM_SORT, device)
+            event = text(rows.column("event"))
+            ddr = pc.divide(pc.cast(rows.column("ddr_bytes"), pa.float64()), 1024.0)
+            hbm = pc.divide(pc.cast(rows.column("hbm_bytes"), pa.float64()), 1024.0)
+            ts = local(self.context, rows.column("time_ns"))
+            for series, values in (("DDR", ddr), ("HBM", hbm), ("Memory", pc.add(ddr, hbm))):
+                yield CounterEvents(
+                    name=pc.binary_join_element_wise(event, series, "/"),
+                    pid=pid,
+                    tid=0,
+                    ts_ns=ts,
+                    series={"KB": values},
+                )
+
+
+def cann_layers(context: Context, processes: Processes) -> list[EventBuilder]:
+    """Every layer of msprof's timeline that profstream draws."""
+    groups = _Groups()
+    return [
+        AscendHardware(context, processes),
+        Cann(context, processes),
+        Communication(context, processes, groups),
+        CommunicationTasks(context, processes, groups),
+        OverlapAnalysis(context, processes),
+        StepTrace(context, processes),
+        NpuMem(context, processes),
+    ]
+
+
+# ---------------------------------------------------------------- torch_npu's framework layer
+
+#: flow names by flows.kind (framework_outputs.md §3.1)
+FLOW_NAMES = {"async_task_queue": "enqueue_to_dequeue", "fwdbwd": "fwdbwd", "async_npu": "torch_to_npu"}
+
+
+class TorchOps(_Layer):
+    """torch ops, Enqueue and Dequeue on the "Python" process (framework_outputs.md §3.1)."""
+
+    table = "ops"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        pids = batch.column("pid")
+        for pid in pc.unique(pids).to_pylist():
+            rows = batch.filter(pc.equal(pids, pid)) if pc.count_distinct(pids).as_py() > 1 else batch
+            yield from self.processes.process(pid, "Python", "CPU", 0)
+            yield from self.processes.threads(
+                pid, pc.unique(rows.column("tid")).to_pylist(), lambda t: f"Thread {t}", lambda t: t
+            )
+            kind = text(rows.column("kind"))
+            for category in pc.unique(kind).to_pylist():
+                yield self._ops(rows.filter(pc.equal(kind, category)), category)
+
+    def _ops(self, rows: pa.RecordBatch, category: str) -> CompleteEvents:
+        if category == "cpu_op":
+            args = {
+                "Sequence number": rows.column("sequence_number"),
+                "Fwd thread id": rows.column("fwd_thread_id"),
+                "Input Dims": rows.column("input_shapes"),
+                "Input type": rows.column("input_dtypes"),
+                "Call stack": rows.column("call_stack"),
+                "Module Hierarchy": rows.column("module_hierarchy"),
+            }
+        else:
+            args = {"correlation_id": rows.column("correlation_id")}
+        return CompleteEvents(
+            name=rows.column("name"),
+            pid=rows.column("pid"),
+            tid=rows.column("tid"),
+            ts_ns=local(self.context, rows.column("start_ns")),
+            dur_ns=duration(rows),
+            cat=category,
+            args=args,
+        )
+
+
+class TorchFlows(_Layer):
+    """Framework flows: task queue, forward-backward and torch op to NPU kernel (§3.1)."""
+
+    table = "flows"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        kind = text(batch.column("kind"))
+        for category in pc.unique(kind).to_pylist():
+            rows = batch.filter(pc.equal(kind, category))
+            name = FLOW_NAMES.get(category, category)
+            yield FlowEvents(
+                "s",
+                name,
+                rows.column("src_pid"),
+                rows.column("src_tid"),
+                local(self.context, rows.column("src_ns")),
+                category,
+                rows.column("flow_id"),
+            )
+            on_device = rows.column("dst_device_id")
+            device_pid = pc.bit_wise_or(
+                pc.cast(on_device, pa.int64()),
+                format_pid(self.context.process_id, HARDWARE_SORT, 0),
+            )
+            yield FlowEvents(
+                "f",
+                name,
+                pc.coalesce(device_pid, rows.column("dst_pid")),
+                rows.column("dst_tid"),
+                local(self.context, rows.column("dst_ns")),
+                category,
+                rows.column("flow_id"),
+            )
+
+
+def framework_layers(context: Context, processes: Processes) -> list[EventBuilder]:
+    """The framework side of torch_npu's trace_view.json."""
+    return [TorchOps(context, processes), TorchFlows(context, processes)]

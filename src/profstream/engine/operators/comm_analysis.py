@@ -1,0 +1,349 @@
+"""msprof's communication analysis: ``comm@d``, ``comm_tasks@d`` -> ``comm_ops@d``, ``comm_links@d``.
+
+What ``msprof --analyze`` computes per HCCL op (msprof_outputs.md §2.10; framework_outputs.md §3.6;
+MSPROF ``analysis/msparser/cluster/communication_parser.py``, ``communication_matrix_parser.py``,
+``meta_parser.py``, constants in ``common_func/ms_constant/{str,number}_constant.py``), as rows from
+which ``communication.json`` / ``communication_matrix.json`` are pure functions
+(:mod:`profstream.sinks.communication_json`):
+
+* ``comm_ops``: one row per op with its time info (:func:`~profstream.engine.kernels.hccl.time_scan`
+  over the op's master-stream tasks). Elapse is the op's ``end - start``; idle is
+  ``elapse - transit - wait``. A time with no task behind it is null (msprof then prints an integer
+  ``0``, a float otherwise).
+* ``comm_links``: the op's transfers (:func:`~profstream.engine.kernels.hccl.transfer_scan`, all tasks,
+  plane by plane) summed per (src rank, dst rank, transport), with msprof's size distribution
+  (distinct transfer sizes, their counts and summed times). ``transport_type`` is msprof's matrix
+  transport: ``RDMA`` for an RDMA payload group; for an SDMA copy its link type, ``LOCAL`` for an on-chip
+  link, ``HCCS`` for ``HCCS_SW``, the raw link type (upper case) otherwise and ``SDMA`` when none.
+  The bandwidth info of ``communication.json`` is a function of it: LOCAL copies are left out,
+  HCCS/PCIE/SIO/RDMA are their own transports and anything else counts as SDMA.
+  Ranks: a local rank of ``0xffffffff`` (or none) is no valid link (null ``src_rank``, left out of the
+  matrix, counted in the bandwidth info); a remote rank of ``0xffffffff`` means the local rank.
+  ``large_packets`` counts transfers above msprof's threshold of the transport (RDMA 0.5 MB;
+  HCCS, PCIE, SIO 32 MB; 0 otherwise; 1 MB = 10^6 bytes, as msprof divides).
+
+Choices:
+
+* **Time algorithm.** msprof's classic one (sequential sums over the master tasks, idle =
+  elapse - transit - wait), which the real torch_npu outputs in realdata/ follow; the newest msprof
+  replaced it by an interval partition (one-drop rule) — not done.
+* **Master tasks and RDMA payloads.** ``comm_tasks`` has neither the master flag (``isMaster``) nor
+  the hccl_info ``rdmaType``. If a batch carries a bool ``master`` or a string ``rdma_type`` column they
+  are used; otherwise every task counts as a master task (exact when an op runs on one stream, as in
+  the simulator), and an ``RDMASend`` over RDMA is a payload when the next task of its plane is an
+  ``RDMASend`` too (the pattern msprof's older ``determine_rdma`` checked: payloads, then
+  ``RDMASend``, ``Notify_Wait``).
+* **Invalid links.** msprof's matrix skips a task with an invalid link before looking for a payload
+  group, so it may start a group at the next payload; here a group with an invalid first payload is
+  left out of the matrix as a whole.
+* Link order: the order of first transfer, planes in order of first appearance (msprof's dict order).
+
+Streaming: :class:`~profstream.engine.operators.comm.Communication` emits an op row together with the
+rows of all its tasks, so at the first advance after op rows arrive every op is analysed and
+nothing is held longer; task rows wait only for the next op rows, and those that then have no op
+(ops without a master task, which get no op row) are counted and dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream.engine.kernels import hccl
+from profstream.engine.kernels._dispatch import NULL, BoolArray, Int64Array
+from profstream.engine.operators._state import ints, nullable
+from profstream.engine.operators.api import log_unmatched
+from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
+from profstream.engine.schema import TABLES, conform
+
+#: msprof's SDMA copy task names (``SDMA_TRANSIT_ITEMS``) and its wait / RDMA send task names
+SDMA_COPY_NAMES = ("Memcpy", "Reduce_Inline")
+NOTIFY_WAIT, RDMA_SEND = "Notify_Wait", "RDMASend"
+#: ``rdma_type`` values of a payload send (codec spelling, msprof spelling)
+PAYLOAD_TYPES = ("RDMASendPayload", "RDMA_SEND_PAYLOAD")
+#: an absent rank in hccl_info
+NO_RANK = 0xFFFF_FFFF
+#: msprof's large-packet thresholds in bytes (``*_MESSAGE_SIZE_THRESHOLD`` MB x 10^6)
+LARGE_PACKET_BYTES: Mapping[str, int] = {
+    "RDMA": 500_000,
+    "HCCS": 32_000_000,
+    "PCIE": 32_000_000,
+    "SIO": 32_000_000,
+}
+#: link types (upper case, no underscores) -> matrix transport
+_LINK_LABELS = {"ONCHIP": "LOCAL", "HCCSSW": "HCCS", "HCCS": "HCCS", "PCIE": "PCIE", "SIO": "SIO"}
+_COUNTERS = ("tasks_without_op",)
+
+
+def _texts(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return pa.nulls(batch.num_rows, pa.string())
+    column = batch.column(index)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column.cast(pa.string())
+
+
+def _is(values: pa.Array, wanted: tuple[str, ...]) -> BoolArray:
+    """Whether each string is one of ``wanted`` (null: no)."""
+    found = pc.is_in(values, value_set=pa.array(wanted, pa.string())).fill_null(False)
+    return np.asarray(found.to_numpy(zero_copy_only=False), np.bool_)
+
+
+def _upper(values: pa.Array) -> pa.Array:
+    """Upper case without underscores: ``OnChip``/``ON_CHIP`` -> ``ONCHIP``, ``PCIe`` -> ``PCIE``."""
+    return pc.replace_substring(pc.utf8_upper(values), "_", "")
+
+
+def _plane_order(op: Int64Array, plane: Int64Array) -> Int64Array:
+    """Per task (tasks in time order within each op): the first task of its (op, plane), which orders
+    the planes of an op by first appearance, as msprof's dict of planes does."""
+    order = np.lexsort((np.arange(op.size), plane, op))
+    new = np.r_[True, (op[order][1:] != op[order][:-1]) | (plane[order][1:] != plane[order][:-1])]
+    first = np.empty(op.size, np.int64)
+    first[order] = order[np.maximum.accumulate(np.where(new, np.arange(op.size), 0))]
+    return first
+
+
+class _Transfers(NamedTuple):
+    """One row per transfer: its op, the task naming its link, payload or copy, size and time."""
+
+    op: Int64Array
+    tasks: pa.Table
+    payload: BoolArray
+    size: Int64Array
+    time: Int64Array
+
+
+def _labels(transfers: _Transfers) -> pa.Array:
+    """msprof's matrix transport of each transfer (module docstring)."""
+    link = _upper(_texts(transfers.tasks, "link_type"))
+    known = pa.array(list(_LINK_LABELS), pa.string())
+    mapped = pc.take(pa.array(list(_LINK_LABELS.values()), pa.string()), pc.index_in(link, value_set=known))
+    label = pc.fill_null(pc.coalesce(mapped, link), "SDMA")
+    return pc.if_else(pa.array(transfers.payload, pa.bool_()), "RDMA", label)
+
+
+def _ranks(transfers: _Transfers) -> tuple[Int64Array, Int64Array]:
+    """Link ends: NULL for an invalid link; a remote rank of ``0xffffffff`` is the local rank."""
+    src, dst = ints(transfers.tasks.column("src_rank")), ints(transfers.tasks.column("dst_rank"))
+    dst = np.where(dst == NO_RANK, src, dst)
+    invalid = (src == NO_RANK) | (src < 0) | (dst < 0)  # NULL is negative
+    return np.where(invalid, NULL, src), np.where(invalid, NULL, dst)
+
+
+def _link_rows(ops: pa.Table, transfers: _Transfers) -> pa.RecordBatch:
+    """Transfers summed per (op, src, dst, transport), in order of first transfer."""
+    label = _labels(transfers)
+    src, dst = _ranks(transfers)
+    thresholds = pa.array([LARGE_PACKET_BYTES[k] for k in LARGE_PACKET_BYTES], pa.int64())
+    at_label = pc.index_in(label, value_set=pa.array(list(LARGE_PACKET_BYTES)))
+    threshold = ints(pc.fill_null(pc.take(thresholds, at_label), 0))
+    rows = pa.table(
+        {
+            "op": transfers.op,
+            "src": src,
+            "dst": dst,
+            "label": label,
+            "size": transfers.size,
+            "time": transfers.time,
+            "large": (transfers.size > threshold).astype(np.int64),
+            "seq": np.arange(transfers.op.size, dtype=np.int64),
+        }
+    )
+    keys = ["op", "src", "dst", "label"]
+    by_size = rows.group_by([*keys, "size"], use_threads=False).aggregate(
+        [("time", "count"), ("time", "sum"), ("large", "sum"), ("seq", "min")]
+    )
+    by_size = by_size.sort_by([(k, "ascending") for k in (*keys, "size")])
+    links = by_size.group_by(keys, use_threads=False).aggregate(
+        [
+            ("size", "list"),
+            ("time_count", "list"),
+            ("time_sum", "list"),
+            ("time_count", "sum"),
+            ("large_sum", "sum"),
+            ("seq_min", "min"),
+        ]
+    )
+    links = links.sort_by("seq_min_min")
+    sizes, counts = links.column("size_list"), links.column("time_count_list")
+    flat_sizes = ints(pc.list_flatten(sizes))
+    flat_counts = ints(pc.list_flatten(counts))
+    flat_times = ints(pc.list_flatten(links.column("time_sum_list")))
+    parent = ints(pc.list_parent_indices(sizes))
+    size_sum = np.bincount(parent, flat_sizes * flat_counts, minlength=links.num_rows).astype(np.int64)
+    time_sum = np.bincount(parent, flat_times, minlength=links.num_rows).astype(np.int64)
+    bandwidth = np.divide(size_sum, time_sum, out=np.zeros(size_sum.size), where=time_sum != 0)
+    link_src, link_dst = ints(links.column("src")), ints(links.column("dst"))
+    take = links.column("op")
+    return conform(
+        TABLES["comm_links"],
+        {
+            "device_id": ops.column("device_id").take(take),
+            "op_name": ops.column("op_name").take(take),
+            "group_name": ops.column("group_name").take(take),
+            "op_type": ops.column("op_type").take(take),
+            "start_ns": ops.column("start_ns").take(take),
+            "src_rank": nullable(link_src),
+            "dst_rank": nullable(link_dst),
+            "transport_type": links.column("label"),
+            "size_bytes": size_sum,
+            "transit_ns": time_sum,
+            "bandwidth_gbps": bandwidth,
+            "packets": links.column("time_count_sum"),
+            "large_packets": links.column("large_sum_sum"),
+            "packet_sizes": sizes,
+            "packet_counts": counts,
+            "packet_transit_ns": links.column("time_sum_list"),
+        },
+    )
+
+
+class CommAnalysis(Operator):
+    """``comm@d``, ``comm_tasks@d`` -> ``comm_ops@d``, ``comm_links@d`` (see the module docstring)."""
+
+    def __init__(self, device_id: int) -> None:
+        self.device_id = device_id
+        self._ops_in, self._tasks_in = at("comm", device_id), at("comm_tasks", device_id)
+        self.inputs = (self._ops_in, self._tasks_in)
+        self.outputs = (at("comm_ops", device_id), at("comm_links", device_id))
+        self._ops: list[pa.RecordBatch] = []
+        self._tasks: list[pa.RecordBatch] = []
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+
+    # ------------------------------------------------------------------ operator protocol
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        if stream == self._ops_in:
+            self._ops.append(batch)
+        elif stream == self._tasks_in:
+            self._tasks.append(batch)
+        else:
+            msg = f"CommAnalysis does not read {stream!r}"
+            raise KeyError(msg)
+
+    def advance(self, watermark: int) -> list[Emit]:
+        if not self._ops:
+            return []  # tasks wait for the op rows emitted with them
+        ops = pa.Table.from_batches(self._ops, TABLES["comm"]).combine_chunks()
+        tasks = pa.Table.from_batches(self._tasks).combine_chunks() if self._tasks else None
+        self._ops, self._tasks = [], []
+        return self._analyse(ops, tasks)
+
+    def finish(self) -> list[Emit]:
+        out = self.advance(DONE)
+        self._counts["tasks_without_op"] += sum(b.num_rows for b in self._tasks)
+        self._tasks = []
+        log_unmatched("comm_analysis", self._counts)
+        return out
+
+    # ------------------------------------------------------------------ analysis
+
+    def _analyse(self, ops: pa.Table, tasks: pa.Table | None) -> list[Emit]:
+        if tasks is None:
+            tasks = TABLES["comm_tasks"].empty_table()
+        op_names = _texts(ops, "op_name")
+        owner = pc.index_in(_texts(tasks, "op_name"), value_set=op_names)
+        matched = owner.is_valid()
+        self._counts["tasks_without_op"] += tasks.num_rows - int(pc.sum(matched).as_py() or 0)
+        tasks, op = tasks.filter(matched), ints(owner.filter(matched))
+        start, end = ints(tasks.column("start_ns")), ints(tasks.column("end_ns"))
+        order = np.lexsort((np.arange(op.size), start, op))  # each op's tasks in time order
+        tasks, op, start, end = tasks.take(pa.array(order, pa.int64())), op[order], start[order], end[order]
+        names, transport = _texts(tasks, "name"), _upper(_texts(tasks, "transport_type"))
+        copy = _is(names, SDMA_COPY_NAMES) & _is(transport, ("SDMA",))
+        on_chip = _is(_upper(_texts(tasks, "link_type")), ("ONCHIP",))
+        kind = np.select(
+            [copy & on_chip, copy, _is(names, (NOTIFY_WAIT,))],
+            [hccl.LOCAL_COPY, hccl.SDMA_COPY, hccl.NOTIFY_WAIT],
+            hccl.OTHER,
+        ).astype(np.int64)
+        planes = _plane_order(op, ints(tasks.column("plane_id")))
+        payload = self._payloads(tasks, names, transport, op, planes)
+        lowered = pc.utf8_lower(op_names)
+        p2p = pc.or_(pc.match_substring(lowered, "send"), pc.match_substring(lowered, "receive"))
+        p2p_flags = np.asarray(p2p.fill_null(False).to_numpy(zero_copy_only=False), np.bool_)
+        jumps = np.where(p2p_flags, hccl.JUMP_NO_BARRIER, hccl.JUMP_WITH_BARRIER).astype(np.int64)
+
+        master = np.ones(op.size, np.bool_)
+        if "master" in tasks.schema.names:
+            master = np.asarray(
+                tasks.column("master").fill_null(False).to_numpy(zero_copy_only=False), np.bool_
+            )
+        offsets = np.searchsorted(op[master], np.arange(ops.num_rows + 1)).astype(np.int64)
+        times = hccl.time_scan(offsets, jumps, kind[master], payload[master], start[master], end[master])
+
+        by_plane = np.lexsort((np.arange(op.size), planes, op))
+        new = np.r_[
+            True, (op[by_plane][1:] != op[by_plane][:-1]) | (planes[by_plane][1:] != planes[by_plane][:-1])
+        ]
+        offsets = np.r_[np.flatnonzero(new[: op.size]), op.size].astype(np.int64)
+        sizes = ints(tasks.column("size_bytes"))
+        first, size, duration = hccl.transfer_scan(
+            offsets,
+            jumps[op[by_plane][offsets[:-1]]],
+            kind[by_plane],
+            payload[by_plane],
+            start[by_plane],
+            end[by_plane],
+            np.maximum(sizes, 0)[by_plane],  # an absent size (NULL) transfers nothing
+        )
+        row = by_plane[first]
+        transfers = _Transfers(op[row], tasks.take(pa.array(row, pa.int64())), payload[row], size, duration)
+        return [(self.outputs[0], self._op_rows(ops, times)), (self.outputs[1], _link_rows(ops, transfers))]
+
+    @staticmethod
+    def _payloads(
+        tasks: pa.Table, names: pa.Array, transport: pa.Array, op: Int64Array, planes: Int64Array
+    ) -> BoolArray:
+        """RDMA payload sends: from ``rdma_type`` when present, else by the task pattern."""
+        if tasks.schema.get_field_index("rdma_type") >= 0:
+            return _is(_texts(tasks, "rdma_type"), PAYLOAD_TYPES)
+        send = _is(names, (RDMA_SEND,)) & _is(transport, ("RDMA",))
+        by_plane = np.lexsort((np.arange(op.size), planes, op))
+        same = (op[by_plane][1:] == op[by_plane][:-1]) & (planes[by_plane][1:] == planes[by_plane][:-1])
+        payload = np.zeros(op.size, np.bool_)
+        payload[by_plane[:-1]] = send[by_plane[:-1]] & same & send[by_plane[1:]]
+        return payload
+
+    def _op_rows(self, ops: pa.Table, times: Int64Array) -> pa.RecordBatch:
+        transit, wait, sync = times[0], times[2], times[4]
+        start, end = ints(ops.column("start_ns")), ints(ops.column("end_ns"))
+        return conform(
+            TABLES["comm_ops"],
+            {
+                "device_id": ops.column("device_id"),
+                "op_name": ops.column("op_name"),
+                "group_name": ops.column("group_name"),
+                "op_type": ops.column("op_type"),
+                "start_ns": start,
+                "end_ns": end,
+                "transit_ns": pa.array(transit, mask=times[1] == 0),
+                "wait_ns": pa.array(wait, mask=times[3] == 0),
+                "synchronization_ns": pa.array(sync, mask=times[5] == 0),
+                "idle_ns": end - start - transit - wait,
+            },
+        )
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> bytes:
+        return pack_state(
+            {
+                "ops": pa.Table.from_batches(self._ops) if self._ops else None,
+                "tasks": pa.Table.from_batches(self._tasks) if self._tasks else None,
+                "counts": self._counts,
+            }
+        )
+
+    def restore(self, state: bytes) -> None:
+        doc = unpack_state(state)
+        self._ops = [] if doc["ops"] is None else doc["ops"].to_batches()
+        self._tasks = [] if doc["tasks"] is None else doc["tasks"].to_batches()
+        self._counts = dict(doc["counts"])

@@ -1,0 +1,301 @@
+"""torch_npu's ``operator_details.csv`` rows: ``ops`` + ``flows`` + ``tasks@<d>`` -> ``operator_details``.
+
+Rules (framework_outputs.md §3.3; torch_npu ``prof_view/_operator_view_parser.py``,
+``prof_bean/_torch_op_node.py``, ``prof_common_func/_tree_builder.py``): one row per torch op of the op
+tree (``ops`` rows of kind ``cpu_op``) except ``ProfilerStep#*`` ops, in op order.
+
+* Host total = the op's duration; host self = duration - Σ durations of its child ops (enqueue
+  events are not tree nodes, so they do not count).
+* Device self = Σ durations of the kernels reached through the op's ``corr_id_self``, device total
+  = through ``corr_id_total`` (the op's subtree, itself included). The ``async_npu`` flows of
+  :class:`~profstream.engine.operators.framework_ops.FrameworkOps` already carry that attribution:
+  with the task queue a kernel's flow starts at the op its enqueue was attached to (the op whose
+  ``corr_id_self`` holds the correlation id, every ancestor then holding it in ``corr_id_total``);
+  without it, at the deepest op around the launch (``TreeBuilder.update_tree_node_info`` gives the
+  deepest matched node ``corr_id_self`` and every matched node ``corr_id_total``). So device self sums
+  the kernels of the op's own flows and device total sums device self over the subtree
+  (:func:`~profstream.engine.kernels.subtree.subtree_sums`). "With AICore" counts only kernels whose
+  task type is ``AI_CORE``.
+* A flow names its source by (pid, tid, start) and its kernel by (device, stream, start): a flow is
+  joined to a held task of that key (several flows of one key take distinct tasks, in order) and to
+  the pending op of that key; when a parent and its child start at the same ns on one thread the
+  key is ambiguous and the deeper op (the later one) is taken.
+* ``device_id``: the collection's device when there is one, else the lowest device of the op's own
+  kernels (null without any).
+
+Streaming and memory: ops arrive in op order (start order), flows after their op and after their
+kernel's task (FrameworkOps reads the same tasks). With watermark ``W`` (no input delivers anything
+older): no flow will start before ``W``, and a kernel starts after its launch inside the source op,
+so held tasks starting before ``W`` will get no flow and are dropped. A root op (and so its whole
+subtree) is final once it ended before ``W``: every descendant started before the root's end, and so
+did every flow from it. Rows are emitted in op order up to the first op whose root is not final, so
+the operator holds the ops of the open root subtrees (in a training loop, the current
+``ProfilerStep`` — about one step of ops, bounded by FrameworkOps' reorder bound) and the tasks
+whose flows are not known yet. Ops whose parent was already emitted (late ops, which FrameworkOps
+counts too), flows without a task or a pending op are counted and logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream import events
+from profstream.engine.kernels._dispatch import NULL, Int64Array
+from profstream.engine.kernels.subtree import subtree_sums
+from profstream.engine.operators._state import (
+    concat,
+    empty_columns,
+    find,
+    ints,
+    nullable,
+    rows,
+    take,
+)
+from profstream.engine.operators.api import dense_ids
+from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
+from profstream.engine.schema import TABLES, conform
+
+#: ops whose rows operator_details leaves out (``TorchOpNode.is_profiler_step``)
+PROFILER_STEP = "ProfilerStep#"
+AI_CORE = "AI_CORE"
+_OPS = ("id", "parent", "pid", "tid", "start", "end", "self", "self_aicore", "device")
+_TASKS = ("device", "stream", "start", "dur", "aicore")
+_TEXTS = pa.schema([("name", pa.string()), ("input_shapes", pa.string()), ("call_stack", pa.string())])
+_COUNTERS = ("late_ops", "flows_without_task", "flows_without_op", "tasks_without_flow")
+_NO_DEVICE = np.iinfo(np.int64).max
+
+
+def _strings(batch: pa.RecordBatch, name: str) -> pa.Array:
+    return batch.column(name).cast(pa.string())
+
+
+class OperatorDetails(Operator):
+    """``ops``, ``flows``, ``tasks@<d>`` -> ``operator_details`` (see the module docstring).
+
+    ``devices``: the devices whose ``tasks`` the flows point into.
+    """
+
+    def __init__(self, devices: Sequence[int]) -> None:
+        self.devices = tuple(devices)
+        self._task_streams = tuple(at("tasks", d) for d in self.devices)
+        self.inputs = ("ops", "flows", *self._task_streams)
+        self.outputs = ("operator_details",)
+        self._log = events.get_logger(component="operator_details")
+        self._inbox: dict[str, list[pa.RecordBatch]] = {"ops": [], "flows": [], "tasks": []}
+        self._ops = empty_columns(_OPS)
+        self._texts = _TEXTS.empty_table()
+        self._tasks = empty_columns(_TASKS)
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+
+    # ------------------------------------------------------------------ operator protocol
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        if stream in ("ops", "flows"):
+            self._inbox[stream].append(batch)
+        elif stream in self._task_streams:
+            self._inbox["tasks"].append(batch)
+        else:
+            msg = f"OperatorDetails does not read {stream!r}"
+            raise KeyError(msg)
+
+    def advance(self, watermark: int) -> list[Emit]:
+        for batch in self._inbox["ops"]:
+            self._add_ops(batch)
+        for batch in self._inbox["tasks"]:
+            self._add_tasks(batch)
+        for batch in self._inbox["flows"]:
+            self._add_flows(batch)
+        self._inbox = {"ops": [], "flows": [], "tasks": []}
+        stale = self._tasks["start"] < watermark
+        self._counts["tasks_without_flow"] += int(stale.sum())
+        self._tasks = take(self._tasks, ~stale)
+        return self._emit(watermark)
+
+    def finish(self) -> list[Emit]:
+        out = self.advance(DONE)
+        counts = dict(self._counts)
+        level = self._log.warning if any(counts[k] for k in _COUNTERS[:3]) else self._log.debug
+        level(events.RECORDS_UNMATCHED, **counts)
+        return out
+
+    # ------------------------------------------------------------------ inputs
+
+    def _add_ops(self, batch: pa.RecordBatch) -> None:
+        cpu = pc.equal(batch.column("kind").cast(pa.string()), "cpu_op").fill_null(False)
+        batch = batch.filter(cpu)
+        if not batch.num_rows:
+            return
+        ids, parents = ints(batch.column("op_id")), ints(batch.column("parent_id"))
+        known = np.r_[self._ops["id"], ids]
+        late = (parents != NULL) & (find(np.sort(known), parents) < 0)
+        self._counts["late_ops"] += int(late.sum())
+        n = batch.num_rows
+        zeros = np.zeros(n, np.int64)
+        new = {
+            "id": ids,
+            "parent": np.where(late, NULL, parents),
+            "pid": ints(batch.column("pid")),
+            "tid": ints(batch.column("tid")),
+            "start": ints(batch.column("start_ns")),
+            "end": ints(batch.column("end_ns")),
+            "self": zeros,
+            "self_aicore": zeros.copy(),
+            "device": np.full(n, _NO_DEVICE, np.int64),
+        }
+        order = np.argsort(np.r_[self._ops["id"], ids], kind="stable")
+        self._ops = take(concat(self._ops, new), order)
+        texts = pa.table({name: _strings(batch, name) for name in _TEXTS.names}, schema=_TEXTS)
+        self._texts = pa.concat_tables([self._texts, texts]).take(pa.array(order, pa.int64()))
+
+    def _add_tasks(self, batch: pa.RecordBatch) -> None:
+        start = ints(batch.column("start_ns"))
+        aicore = pc.equal(batch.column("task_type").cast(pa.string()), AI_CORE).fill_null(False)
+        new = {
+            "device": ints(batch.column("device_id")),
+            "stream": ints(batch.column("stream_id")),
+            "start": start,
+            "dur": ints(batch.column("end_ns")) - start,
+            "aicore": np.asarray(aicore.to_numpy(zero_copy_only=False), np.int64),
+        }
+        self._tasks = concat(self._tasks, new)
+
+    def _add_flows(self, batch: pa.RecordBatch) -> None:
+        npu = pc.equal(batch.column("kind").cast(pa.string()), "async_npu").fill_null(False)
+        flows = batch.filter(npu)
+        if not flows.num_rows:
+            return
+        task = self._take_tasks(
+            ints(flows.column("dst_device_id")), ints(flows.column("dst_tid")), ints(flows.column("dst_ns"))
+        )
+        linked = task >= 0
+        self._counts["flows_without_task"] += int((~linked).sum())
+        tasks = take(self._tasks, task[linked])
+        self._tasks = take(self._tasks, np.setdiff1d(np.arange(rows(self._tasks)), task[linked]))
+        src = (ints(flows.column(c))[linked] for c in ("src_pid", "src_tid", "src_ns"))
+        op = self._find_ops(*src)
+        found = op >= 0
+        self._counts["flows_without_op"] += int((~found).sum())
+        op, dur, aicore, device = (
+            op[found],
+            tasks["dur"][found],
+            tasks["aicore"][found],
+            tasks["device"][found],
+        )
+        np.add.at(self._ops["self"], op, dur)
+        np.add.at(self._ops["self_aicore"], op, dur * aicore)
+        np.minimum.at(self._ops["device"], op, device)
+
+    def _take_tasks(self, device: Int64Array, stream: Int64Array, start: Int64Array) -> Int64Array:
+        """The held task (row) each flow points to, -1 if none; flows of one key take distinct tasks."""
+        held = rows(self._tasks)
+        if held == 0:
+            return np.full(device.size, -1, np.int64)
+        ids = dense_ids(
+            np.r_[self._tasks["device"], device],
+            np.r_[self._tasks["stream"], stream],
+            np.r_[self._tasks["start"], start],
+        )
+        ranked = dense_ids(ids, _rank_within(ids[:held], ids[held:]))
+        task_keys, flow_keys = ranked[:held], ranked[held:]
+        order = np.argsort(task_keys, kind="stable")
+        at_ = find(task_keys[order], flow_keys)
+        return np.where(at_ >= 0, order[np.maximum(at_, 0)], -1).astype(np.int64)
+
+    def _find_ops(self, pid: Int64Array, tid: Int64Array, start: Int64Array) -> Int64Array:
+        """The pending op (row) of each flow source, the deepest of equal keys; -1 if none."""
+        ops = self._ops
+        held = rows(ops)
+        ids = dense_ids(np.r_[ops["pid"], pid], np.r_[ops["tid"], tid], np.r_[ops["start"], start])
+        op_keys = ids[:held]
+        deepest = np.full(int(ids.max(initial=-1)) + 1, -1, np.int64)
+        np.maximum.at(deepest, op_keys, np.arange(held))  # rows are in op order: the later is deeper
+        return deepest[ids[held:]] if held else np.full(pid.size, -1, np.int64)
+
+    # ------------------------------------------------------------------ emission
+
+    def _emit(self, watermark: int) -> list[Emit]:
+        ops = self._ops
+        n = rows(ops)
+        if n == 0:
+            return []
+        parent = find(ops["id"], ops["parent"])  # -1: a root here (or its parent was emitted)
+        root = np.where(parent < 0, np.arange(n), parent)
+        while True:  # pointer jumping: parents come before children
+            up = root[root]
+            if np.array_equal(up, root):
+                break
+            root = up
+        final = ops["end"][root] < watermark
+        cut = n if final.all() else int(np.argmin(final))
+        if cut == 0:
+            return []
+        durations = ops["end"] - ops["start"]
+        children = np.zeros(n, np.int64)
+        np.add.at(children, parent[parent >= 0], durations[parent >= 0])
+        totals = subtree_sums(parent, np.stack([ops["self"], ops["self_aicore"]]))
+        head = np.arange(cut)
+        texts = self._texts.slice(0, cut)
+        device = np.full(cut, self.devices[0], np.int64) if len(self.devices) == 1 else ops["device"][head]
+        keep = pc.invert(pc.match_substring(texts.column("name"), PROFILER_STEP).fill_null(False))
+        batch = conform(
+            TABLES["operator_details"],
+            {
+                "device_id": nullable(np.where(device == _NO_DEVICE, NULL, device)),
+                "op_id": ops["id"][head],
+                "name": texts.column("name"),
+                "input_shapes": texts.column("input_shapes"),
+                "call_stack": texts.column("call_stack"),
+                "host_self_ns": durations[head] - children[head],
+                "host_total_ns": durations[head],
+                "device_self_ns": ops["self"][head],
+                "device_total_ns": totals[0, head],
+                "device_self_aicore_ns": ops["self_aicore"][head],
+                "device_total_aicore_ns": totals[1, head],
+            },
+        ).filter(keep)
+        self._ops = take(ops, slice(cut, None))
+        self._texts = self._texts.slice(cut)
+        return [("operator_details", batch)] if batch.num_rows else []
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> bytes:
+        inbox = {k: pa.Table.from_batches(v) if v else None for k, v in self._inbox.items()}
+        return pack_state(
+            {
+                "inbox": inbox,
+                "ops": self._ops,
+                "texts": self._texts.combine_chunks(),
+                "tasks": self._tasks,
+                "counts": self._counts,
+            }
+        )
+
+    def restore(self, state: bytes) -> None:
+        doc = unpack_state(state)
+        self._inbox = {k: [] if v is None else v.to_batches() for k, v in doc["inbox"].items()}
+        self._ops, self._tasks = doc["ops"], doc["tasks"]
+        self._texts = doc["texts"]
+        self._counts = dict(doc["counts"])
+
+
+def _rank_within(*parts: Int64Array) -> Int64Array:
+    """For each part (tasks, flows) separately: the rank of each row among the rows of its key."""
+    out = []
+    for keys in parts:
+        order = np.lexsort((np.arange(keys.size), keys))
+        sorted_keys = keys[order]
+        first = (
+            np.r_[0, np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1]
+            if keys.size
+            else np.zeros(0, int)
+        )
+        starts = np.repeat(first, np.diff(np.r_[first, keys.size]))
+        rank = np.empty(keys.size, np.int64)
+        rank[order] = np.arange(keys.size) - starts
+        out.append(rank)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)

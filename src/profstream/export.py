@@ -1,0 +1,489 @@
+"""``export``: one pipeline per collection, its tables routed to a layout's outputs.
+
+What ``msprof.py export timeline|summary`` does (msprof_outputs.md §1.1), as a stream: every output of
+the layout says which canonical tables it reads, one pipeline produces all of them, and each batch goes
+to the outputs that read its table. Files are written under temporary names and renamed when the
+export succeeds; on any error every output is aborted, so no partial file is left looking complete.
+
+``--model-id/--iteration-id`` (msprof_outputs.md §4b): the iterations are read first (a small
+pipeline of the step tables); the window is from the end of the last iteration (of any model) that
+ended before the first selected one started, or the start of the data, to the end of the last
+selected iteration. Rows whose time falls in the window are exported; the statistics are recomputed
+from the windowed tasks, API calls and communication ops. Model id 4294967295 selects framework steps
+(torch_npu's ProfilerStep, else the 60000/60001 step markers).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream import events as log_events
+from profstream.api import open_profile
+from profstream.codecs._base import OnInvalid
+from profstream.config import ExportSettings
+from profstream.engine import discovery
+from profstream.engine.layouts import (
+    OUTPUT_DIRS,
+    Context,
+    Format,
+    Kind,
+    Layout,
+    Limits,
+    Output,
+    TimelineOutput,
+    outputs,
+)
+from profstream.engine.layouts.msprof import write_readme
+from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
+from profstream.engine.plan import Planner
+from profstream.engine.runtime import Operator
+from profstream.engine.schema import NO_ID
+from profstream.errors import InputPathError, ProfstreamError
+from profstream.sinks import DropReport
+
+#: msprof's STEP_EXPORT model id
+STEP_MODEL_ID = NO_ID
+#: the time column of each table the window filters (statistics are recomputed instead)
+TIME_OF = {
+    "tasks": "start_ns",
+    "api": "start_ns",
+    "ops": "start_ns",
+    "flows": "src_ns",
+    "comm": "start_ns",
+    "comm_tasks": "start_ns",
+    "memory": "alloc_ns",
+    "memory_record": "time_ns",
+    "npu_mem": "time_ns",
+    "npu_module_mem": "time_ns",
+    "steps": "start_ns",
+    "framework_steps": "start_ns",
+    "overlap": "start_ns",
+}
+#: statistics table -> the table it is computed from, under a window
+RECOMPUTED = {"op_statistic": "tasks", "api_statistic": "api", "comm_statistic": "comm"}
+
+
+class IterationError(ProfstreamError, ValueError):
+    """``--model-id/--iteration-id`` name iterations the data does not have."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """msprof.py's iteration arguments: both or neither of model and iteration id."""
+
+    model_id: int | None = None
+    iteration_id: int | None = None
+    iteration_count: int = 1
+
+
+class FileReport(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    bytes: int
+
+
+class CollectionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one export of one PROF_XXX collection did."""
+
+    path: str
+    output_dir: str
+    devices: list[int]
+    rows: dict[str, int]  #: rows per canonical table the layout read
+    files: list[FileReport]
+    window_ns: tuple[int, int] | None
+    timeline_dropped: dict[str, int]  #: events left out by timeline_limit, per phase
+    timeline_dropped_range_ns: tuple[int, int] | None
+
+
+class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str
+    layout: str
+    seconds: float
+    collections: list[CollectionReport]
+
+    def render(self) -> str:
+        """The one-screen summary the CLI prints."""
+        lines = [f"export {self.kind} ({self.layout} layout) took {self.seconds:.2f} s"]
+        for report in self.collections:
+            lines.append(f"{report.path}")
+            lines.append(f"  devices: {', '.join(map(str, report.devices)) or 'none'}")
+            steps = report.rows.get("steps", 0) + report.rows.get("framework_steps", 0)
+            lines.append(
+                f"  tasks: {report.rows.get('tasks', 0)}  ops: {report.rows.get('ops', 0)}"
+                f"  api: {report.rows.get('api', 0)}  steps: {steps}"
+            )
+            if report.window_ns is not None:
+                lines.append(f"  window: {report.window_ns[0]} .. {report.window_ns[1]} ns (host monotonic)")
+            lines.append(f"  output: {report.output_dir}")
+            for file in report.files:
+                path = Path(file.path)
+                shown = (
+                    path.relative_to(report.output_dir) if path.is_relative_to(report.output_dir) else path
+                )
+                lines.append(f"    {_human(file.bytes):>10}  {shown}")
+            if report.timeline_dropped:
+                kinds = ", ".join(f"{n} {ph}" for ph, n in sorted(report.timeline_dropped.items()))
+                span = report.timeline_dropped_range_ns
+                where = f" from {span[0]} to {span[1]} ns (local)" if span else ""
+                lines.append(f"  timeline_limit reached: left out {kinds}{where}")
+        return "\n".join(lines)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+Progress = Callable[[float], None]
+
+
+@dataclass
+class _Router:
+    """Routes pipeline batches to outputs, filtering by the window and recomputing statistics."""
+
+    outputs: Sequence[Output]
+    window: tuple[int, int] | None
+    statistics: dict[str, list[Operator]] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._by_table: dict[str, list[Output]] = {}
+        for output in self.outputs:
+            for table in output.tables:
+                self._by_table.setdefault(table, []).append(output)
+
+    def route(self, stream: str, batch: pa.RecordBatch) -> None:
+        table = stream.partition("@")[0]
+        if self.window is not None and table in TIME_OF:
+            low, high = self.window
+            times = batch.column(TIME_OF[table])
+            inside = pc.and_(pc.greater_equal(times, low), pc.less_equal(times, high))
+            batch = batch.filter(pc.fill_null(inside, True))
+        self.rows[table] = self.rows.get(table, 0) + batch.num_rows
+        if not batch.num_rows:
+            return
+        for op in self.statistics.get(table, ()):
+            if stream in op.inputs:  # a device's aggregator takes only its device's batches
+                op.push(stream, batch)
+        for output in self._by_table.get(table, ()):
+            output.write(table, batch)
+
+    def finish_statistics(self) -> None:
+        for ops in self.statistics.values():
+            for op in ops:
+                for stream, batch in op.finish():
+                    self.route(stream, batch)
+
+
+def export(
+    path: str | Path,
+    *,
+    kind: Kind = "both",
+    layout: Layout = "msprof",
+    output: str | Path | None = None,
+    fmt: Format = "csv",
+    selection: Selection = Selection(),
+    settings: ExportSettings | None = None,
+    on_invalid: OnInvalid = "error",
+    chunk_bytes: int = 2 << 20,
+    progress: Progress | None = None,
+) -> ExportReport:
+    """Export every PROF_XXX collection under ``path`` in ``layout``; see the module docstring."""
+    started = time.perf_counter()
+    settings = settings or ExportSettings()
+    log = log_events.get_logger(component="export")
+    log.info(log_events.EXPORT_STARTED, path=str(path), kind=kind, layout=layout)
+    profile = open_profile(path, on_invalid=on_invalid, chunk_bytes=chunk_bytes)
+    collections = profile.collections
+    if not collections:
+        msg = f"no PROF_XXX collection under {path}"
+        raise InputPathError(msg)
+    reports = []
+    for index, collection in enumerate(collections):
+        base = Path(output) if output is not None else _default_root(collection, layout)
+        if output is not None and len(collections) > 1:
+            base = base / collection.path.name
+        share = (lambda f, i=index: progress((i + f) / len(collections))) if progress else None
+        reports.append(
+            _export_one(
+                collection,
+                base=base,
+                kind=kind,
+                layout=layout,
+                fmt=fmt,
+                selection=selection,
+                settings=settings,
+                on_invalid=on_invalid,
+                chunk_bytes=chunk_bytes,
+                progress=share,
+            )
+        )
+    report = ExportReport(
+        kind=kind, layout=layout, seconds=time.perf_counter() - started, collections=reports
+    )
+    log.info(log_events.EXPORT_FINISHED, seconds=round(report.seconds, 3), collections=len(reports))
+    return report
+
+
+def _default_root(collection: discovery.Profile, layout: Layout) -> Path:
+    """msprof writes into the PROF dir; torch_npu into the ``*_ascend_pt`` dir around it."""
+    if layout == "torch_npu" and collection.profiler_info_path is not None:
+        return collection.profiler_info_path.parent
+    return collection.path
+
+
+def _wall_offset(collection: discovery.Profile) -> int:
+    """The host start_info's offset, else device 0's (msprof's ``GetLocalTime``, §3.5)."""
+    dirs = [collection.host, *collection.devices]
+    for data_dir in dirs:
+        if data_dir is not None and data_dir.metadata is not None:
+            return data_dir.metadata.start_info.wall_offset_ns
+    return 0
+
+
+def _process_id(collection: discovery.Profile) -> int:
+    for data_dir in (collection.host, *collection.devices):
+        if data_dir is not None and data_dir.metadata is not None:
+            pid = data_dir.metadata.info.pid
+            if isinstance(pid, int) or (isinstance(pid, str) and pid.isdigit()):
+                return int(pid) & ((1 << 22) - 1)
+    return 0
+
+
+def _context(collection: discovery.Profile, out_dir: Path, window: tuple[int, int] | None) -> Context:
+    planner = Planner(collection)
+    devices = tuple(d.device_id for d in collection.devices if d.device_id is not None)
+    metrics = planner.metric_columns(devices[0]) if devices else []
+    stars = any(d.stream("stars_soc") is not None for d in collection.devices)
+    return Context(
+        out_dir=out_dir,
+        timestamp=datetime.now().strftime("%Y%m%d%H%M%S"),
+        wall_offset_ns=_wall_offset(collection),
+        devices=devices,
+        metric_columns=metrics,
+        stars=stars,
+        process_id=_process_id(collection),
+        window=window,
+    )
+
+
+def _level0(collection: discovery.Profile) -> bool:
+    info = collection.profiler_info
+    return info is not None and info.config.experimental_config.profiler_level == "Level0"
+
+
+def _export_one(
+    collection: discovery.Profile,
+    *,
+    base: Path,
+    kind: Kind,
+    layout: Layout,
+    fmt: Format,
+    selection: Selection,
+    settings: ExportSettings,
+    on_invalid: OnInvalid,
+    chunk_bytes: int,
+    progress: Progress | None,
+) -> CollectionReport:
+    window = _window(collection, selection, on_invalid, chunk_bytes)
+    out_dir = base / OUTPUT_DIRS[layout]
+    context = _context(collection, out_dir, window)
+    mb = 1 << 20
+    limits = Limits(
+        max_file_bytes=settings.timeline_file_mb * mb,
+        max_file_events=settings.timeline_file_events,
+        budget_bytes=settings.timeline_limit_mb * mb,
+    )
+    built = outputs(context, layout, kind, fmt=fmt, level0=_level0(collection), limits=limits)
+    tables = {table for output in built for table in output.tables}
+    statistics: dict[str, list[Operator]] = {}
+    if window is not None:
+        for table, source in RECOMPUTED.items():
+            if table in tables:
+                tables.discard(table)
+                tables.add(source)
+                statistics.setdefault(source, []).extend(_aggregators(table, context.devices))
+    router = _Router(built, window, statistics)
+    pipeline, streams = Planner(collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes).pipeline(
+        sorted(tables)
+    )
+    clock = _Span(collection)
+    try:
+        for count, (stream, batch) in enumerate(pipeline.run(streams)):
+            router.route(stream, batch)
+            if progress is not None and count % 16 == 0:
+                progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
+        router.finish_statistics()
+        paths = [p for output in built for p in output.close()]
+    except BaseException:
+        for output in built:
+            output.abort()
+        raise
+    if layout == "msprof":
+        paths.append(write_readme(out_dir))
+    if layout == "torch_npu":
+        paths += _profiler_info(collection, base)
+    if progress is not None:
+        progress(1.0)
+    return _report(
+        collection,
+        out_dir=out_dir,
+        devices=context.devices,
+        router=router,
+        built=built,
+        paths=paths,
+        window=window,
+    )
+
+
+class _Span:
+    """Progress as the share of the collection's time span the pipeline has passed."""
+
+    def __init__(self, collection: discovery.Profile) -> None:
+        meta = next(
+            (d.metadata for d in (collection.host, *collection.devices) if d is not None and d.metadata),
+            None,
+        )
+        self.start = meta.start_info.clock_monotonic_raw if meta else 0
+        end = meta.end_info.clock_monotonic_raw if meta and meta.end_info else 0
+        self.end = max(end, self.start + 1)
+
+    def fraction(self, watermark: int) -> float:
+        return min(max((watermark - self.start) / (self.end - self.start), 0.0), 1.0)
+
+
+def _aggregators(table: str, devices: Sequence[int]) -> list[Operator]:
+    if table == "api_statistic":
+        return [ApiStatistic()]
+    if table == "op_statistic":
+        return [OpStatistic(d) for d in devices]
+    return [CommStatistic(d) for d in devices]
+
+
+def _window(
+    collection: discovery.Profile, selection: Selection, on_invalid: OnInvalid, chunk_bytes: int
+) -> tuple[int, int] | None:
+    """The host-ns window of the selected iterations (module docstring), None for all data."""
+    if selection.model_id is None or selection.iteration_id is None:
+        return None
+    planner = Planner(collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes)
+    pipeline, streams = planner.pipeline(["steps", "framework_steps"])
+    batches = [batch for _, batch in pipeline.run(streams)]
+    steps = pa.Table.from_batches(batches) if batches else None
+    if steps is None or not steps.num_rows:
+        msg = f"{collection.path}: no iterations or steps to select --model-id/--iteration-id from"
+        raise IterationError(msg)
+    kind = pc.cast(steps.column("kind"), pa.string())
+    if selection.model_id == STEP_MODEL_ID:
+        framework = pc.equal(kind, "framework")
+        mine = steps.filter(framework if pc.any(framework).as_py() else pc.equal(kind, "step"))
+    else:
+        mine = steps.filter(
+            pc.and_(pc.equal(kind, "model"), pc.equal(steps.column("model_id"), selection.model_id))
+        )
+    if not mine.num_rows:
+        models = sorted(set(steps.filter(pc.equal(kind, "model")).column("model_id").to_pylist()))
+        msg = f"{collection.path}: model {selection.model_id} has no iterations; models: {models or 'none'}"
+        raise IterationError(msg)
+    first, last = selection.iteration_id, selection.iteration_id + selection.iteration_count - 1
+    ids = mine.column("iteration_id")
+    low, high = pc.min_max(ids).values()
+    if first < low.as_py() or last > high.as_py():
+        msg = (
+            f"{collection.path}: iterations {first}..{last} of model {selection.model_id} are out of range;"
+            f" it has {low.as_py()}..{high.as_py()}"
+        )
+        raise IterationError(msg)
+    chosen = mine.filter(pc.and_(pc.greater_equal(ids, first), pc.less_equal(ids, last)))
+    begin = pc.min(chosen.column("start_ns")).as_py()
+    end = pc.max(chosen.column("end_ns")).as_py()
+    ends = steps.column("end_ns")
+    before = pc.max(steps.filter(pc.less(ends, begin)).column("end_ns")).as_py()
+    return (before if before is not None and first > 1 else 0, end)
+
+
+def _profiler_info(collection: discovery.Profile, base: Path) -> list[Path]:
+    """profiler_info.json beside ASCEND_PROFILER_OUTPUT, so torch_npu tools find the rank (§3.8)."""
+    source = collection.profiler_info_path
+    if source is not None and source.parent == base:
+        return []
+    target = base / "profiler_info.json"
+    if source is not None:
+        shutil.copyfile(source, target)
+    else:
+        rank = next(
+            (d.metadata.info.rank_id for d in (collection.host, *collection.devices) if d and d.metadata), -1
+        )
+        target.write_bytes(msgspec.json.encode({"rank_id": rank}))
+    return [target]
+
+
+def _report(
+    collection: discovery.Profile,
+    *,
+    out_dir: Path,
+    devices: Sequence[int],
+    router: _Router,
+    built: Sequence[Output],
+    paths: Sequence[Path],
+    window: tuple[int, int] | None,
+) -> CollectionReport:
+    dropped: dict[str, int] = {}
+    first = last = None
+    for output in built:
+        report: DropReport | None = output.drop_report if isinstance(output, TimelineOutput) else None
+        if report is None:
+            continue
+        for phase, drop in report.dropped.items():
+            dropped[phase] = dropped.get(phase, 0) + drop.count
+            if drop.first_ns is not None:
+                first = drop.first_ns if first is None else min(first, drop.first_ns)
+            if drop.last_ns is not None:
+                last = drop.last_ns if last is None else max(last, drop.last_ns)
+    if dropped:
+        log_events.get_logger(component="export").warning(
+            log_events.TIMELINE_EVENTS_DROPPED, dropped=dropped, first_ns=first, last_ns=last
+        )
+    return CollectionReport(
+        path=str(collection.path),
+        output_dir=str(out_dir),
+        devices=list(devices),
+        rows=dict(router.rows),
+        files=[FileReport(path=str(p), bytes=p.stat().st_size) for p in paths],
+        window_ns=window,
+        timeline_dropped=dropped,
+        timeline_dropped_range_ns=None if first is None or last is None else (first, last),
+    )
+
+
+def clear_caches(report: ExportReport) -> list[Path]:
+    """``--clear``: remove what earlier interrupted exports of profstream left in the output dirs.
+
+    profstream keeps no database beside the raw data (msprof's ``sqlite/``, which its ``--clear``
+    deletes, has no counterpart, msprof_outputs.md §4f); its only leftovers are hidden temporary files
+    (``.*.part``) and spool dirs (``.spool-*``) of a run that was killed. Raw data is never touched.
+    """
+    removed = []
+    for collection in report.collections:
+        out_dir = Path(collection.output_dir)
+        if not out_dir.is_dir():
+            continue
+        for path in sorted(out_dir.rglob(".*")):
+            if path.is_dir() and path.name.startswith(".spool-"):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            elif path.is_file() and path.name.endswith(".part"):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

@@ -1,0 +1,389 @@
+"""torch_npu's ``communication.json`` and ``communication_matrix.json`` from ``comm_ops``/``comm_links``.
+
+The per-op values are msprof's ``--analyze`` communication analysis (msprof_outputs.md §2.10; MSPROF
+``analysis/msparser/cluster/communication_parser.py``, ``meta_parser.py`` ``HcclAnalysisTool``,
+``common_func/ms_constant/str_constant.py``); the file layout is torch_npu's re-packaging
+(framework_outputs.md §3.6; ``torch_npu/profiler/analysis/prof_view/_communication_parser.py``):
+
+* ``communication.json``: ``{"step<id>": {"p2p": {op: info}, "collective": {op: info}}}``; an op key is
+  ``<op name>@<group>``; ``info`` is ``Communication Time Info`` (start µs on the wall clock, times in
+  ms, ratios rounded to 4 digits, 0 when undefined) and ``Communication Bandwidth Info`` per transport
+  ``RDMA, HCCS, PCIE, SDMA, SIO`` (size MB = 10^6 bytes, time ms, bandwidth GB/s = MB/ms rounded to 4,
+  large packet ratio, size distribution ``{size MB: [count, time ms]}``). SDMA adds HCCS, PCIE and SIO
+  to the copies of other link types; on-chip (LOCAL) copies count nowhere. Each non-empty group gets a
+  ``Total Op Info`` (time fields summed, ratios recomputed; per transport time, size and merged size
+  distribution, no bandwidth — torch_npu computes it but does not store it).
+* ``communication_matrix.json``: per step and group, per (op type, group, link ``src-dst``), the link
+  entries of every op sorted by bandwidth (descending, stable) summarised as ``<type>-top1@<group>``,
+  ``-middle@``, ``-bottom1@``, ``-total@`` (sums; bandwidth = size/time), and ``-bottom2@`` / ``-bottom3@``
+  when there are that many. The op type is the first match of torch_npu's regex on the lower-cased
+  op key, else the text before ``__``.
+* Steps: the device's ``framework_steps`` (torch_npu's device step ranges, §4c); with exactly one step
+  every op goes to it, otherwise to the first step whose ``[start, end]`` holds the op's start (ops
+  outside every step are dropped); without steps one key ``"step"`` holds everything. The matrix takes
+  an op into the first step whose communication ops include it, or everything into ``"step"`` when no
+  step got any op (torch_npu's quirks, kept).
+
+Integer-or-float: msprof starts every value at the integer 0 and adds floats, so a time with no task
+behind it prints ``0`` and one with tasks ``0.0``; the null times of ``comm_ops`` reproduce that.
+Sizes and times are summed in integer bytes and ns and divided once, so the last digit of a sum may
+differ from msprof's running float sums.
+
+Holding: the whole output (one entry per HCCL op and link of the device, output-sized) until
+:meth:`close`, since steps may arrive after the ops they contain.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from profstream.sinks._base import Sink, StagedFile
+
+COMMUNICATION, MATRIX = "communication.json", "communication_matrix.json"
+#: msprof's ``TRANSIT_TYPE``: the transports of ``Communication Bandwidth Info``, in order
+TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
+#: msprof's ``*_MESSAGE_SIZE_THRESHOLD`` (MB): larger transfers are large packets
+LARGE_PACKET_MB: Mapping[str, float] = {"RDMA": 0.5, "HCCS": 32, "PCIE": 32, "SIO": 32}
+P2P_PREFIXES = ("hcom_send", "hcom_receive", "hcom_batchsendrecv")
+OP_TYPE_PATTERN = re.compile(
+    r"send|reduce|invalid|broadcast|allreduce|receive|allgather|reducescatter|scatter|alltoall|alltoallv"
+    r"|alltoallvc|batchsendrecv"
+)
+TIME, BANDWIDTH, TOTAL = "Communication Time Info", "Communication Bandwidth Info", "Total Op Info"
+START, ELAPSE, TRANSIT, WAIT, SYNC, IDLE = (
+    "Start Timestamp(us)",
+    "Elapse Time(ms)",
+    "Transit Time(ms)",
+    "Wait Time(ms)",
+    "Synchronization Time(ms)",
+    "Idle Time(ms)",
+)
+WAIT_RATIO, SYNC_RATIO = "Wait Time Ratio", "Synchronization Time Ratio"
+SIZE, BW, LARGE, DISTRIBUTION = (
+    "Transit Size(MB)",
+    "Bandwidth(GB/s)",
+    "Large Packet Ratio",
+    "Size Distribution",
+)
+TRANSPORT, OP_NAME = "Transport Type", "Op Name"
+_NS_PER_MS, _BYTES_PER_MB = 1e6, 1e6
+
+Number = int | float
+
+
+def _rows(table: pa.Table | None) -> list[dict[str, Any]]:
+    return [] if table is None else table.to_pylist()
+
+
+def _ms(ns: int | None) -> Number:
+    return 0 if ns is None else ns / _NS_PER_MS
+
+
+def _round_ratio(part: Number, whole: Number) -> Number:
+    """msprof's ratio: rounded to 4 digits, the integer 0 where it divides by zero."""
+    return 0 if whole == 0 else round(part / whole, 4)
+
+
+def _total_ratio(part: Number, whole: Number) -> Number:
+    """torch_npu's ratio of totals: 0 when the divisor is below 1e-15."""
+    return 0 if abs(whole) < 1e-15 else round(part / whole, 4)
+
+
+def bandwidth_transport(transport: str) -> str | None:
+    """The ``Communication Bandwidth Info`` key of a ``comm_links.transport_type`` (None: LOCAL)."""
+    if transport == "LOCAL":
+        return None
+    return transport if transport in ("RDMA", "HCCS", "PCIE", "SIO") else "SDMA"
+
+
+def op_key(row: Mapping[str, Any]) -> str:
+    """``<op name>@<group>``, the key of an op in both files."""
+    return f"{row['op_name']}@{row['group_name'] if row['group_name'] is not None else 'N/A'}"
+
+
+# -- per op ------------------------------------------------------------------------------------
+
+
+def time_info(op: Mapping[str, Any], wall_offset_ns: int = 0) -> dict[str, Number]:
+    """An op's ``Communication Time Info`` from its ``comm_ops`` row."""
+    elapse = (op["end_ns"] - op["start_ns"]) / _NS_PER_MS
+    transit, wait, sync = _ms(op["transit_ns"]), _ms(op["wait_ns"]), _ms(op["synchronization_ns"])
+    return {
+        START: (op["start_ns"] + wall_offset_ns) / 1000,
+        ELAPSE: elapse,
+        TRANSIT: transit,
+        WAIT: wait,
+        SYNC: sync,
+        IDLE: elapse - transit - wait,
+        WAIT_RATIO: _round_ratio(wait, wait + transit),
+        SYNC_RATIO: _round_ratio(sync, sync + transit),
+    }
+
+
+def bandwidth_info(links: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """An op's ``Communication Bandwidth Info`` from its ``comm_links`` rows."""
+    info: dict[str, dict[str, Any]] = {
+        t: {SIZE: 0, TRANSIT: 0, BW: 0, LARGE: 0, DISTRIBUTION: {}} for t in TRANSPORTS
+    }
+    for link in links:
+        transport = bandwidth_transport(link["transport_type"])
+        if transport is None:
+            continue
+        entry = info[transport]
+        entry[SIZE] += link["size_bytes"] / _BYTES_PER_MB
+        entry[TRANSIT] += link["transit_ns"] / _NS_PER_MS
+        sizes, counts, times = link["packet_sizes"], link["packet_counts"], link["packet_transit_ns"]
+        for size, count, ns in zip(sizes, counts, times, strict=True):
+            bucket = entry[DISTRIBUTION].setdefault(size / _BYTES_PER_MB, [0, 0])
+            bucket[0] += count
+            bucket[1] += ns / _NS_PER_MS
+    for part in ("HCCS", "PCIE", "SIO"):
+        info["SDMA"][SIZE] += info[part][SIZE]
+        info["SDMA"][TRANSIT] += info[part][TRANSIT]
+    for transport, entry in info.items():
+        if entry[TRANSIT] != 0:
+            entry[BW] = round(entry[SIZE] / entry[TRANSIT], 4)
+        if transport == "SDMA":
+            continue  # msprof computes no large packet ratio for SDMA
+        packets = sum(c for c, _ in entry[DISTRIBUTION].values())
+        large = sum(c for s, (c, _) in entry[DISTRIBUTION].items() if s > LARGE_PACKET_MB.get(transport, 0))
+        if packets:
+            entry[LARGE] = round(large / packets, 4)
+    return info
+
+
+def _total_op_info(ops: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """torch_npu's ``Total Op Info`` of one p2p/collective group."""
+    times: dict[str, Number] = defaultdict(float)
+    bandwidth: dict[str, dict[str, Any]] = {}
+    for info in ops.values():
+        for key, value in info[TIME].items():
+            if key not in (START, WAIT_RATIO, SYNC_RATIO):
+                times[key] += value
+        for transport, entry in info[BANDWIDTH].items():
+            total = bandwidth.setdefault(transport, {TRANSIT: 0, SIZE: 0, DISTRIBUTION: {}})
+            total[TRANSIT] += entry[TRANSIT]
+            total[SIZE] += entry[SIZE]
+            for size, (count, ms) in entry[DISTRIBUTION].items():
+                bucket = total[DISTRIBUTION].setdefault(size, [0, 0])
+                bucket[0] += count
+                bucket[1] += ms
+    times[WAIT_RATIO] = _total_ratio(times.get(WAIT, 0), times.get(WAIT, 0) + times.get(TRANSIT, 0))
+    times[SYNC_RATIO] = _total_ratio(times.get(SYNC, 0), times.get(TRANSIT, 0) + times.get(SYNC, 0))
+    return {TIME: dict(times), BANDWIDTH: bandwidth}
+
+
+def _split_p2p(ops: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"p2p": ..., "collective": ...}``; op keys starting with ``total`` are left out."""
+    out: dict[str, dict[str, Any]] = {"p2p": {}, "collective": {}}
+    for key, value in ops.items():
+        lower = key.lower()
+        if lower.startswith(P2P_PREFIXES):
+            out["p2p"][key] = value
+        elif not lower.startswith("total"):
+            out["collective"][key] = value
+    return out
+
+
+# -- steps --------------------------------------------------------------------------------------
+
+
+def _steps(steps: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, float]]:
+    """(key, start, end) of each step in start order; one pseudo-step ``"step"`` when there is none."""
+    rows = sorted(steps, key=lambda s: (s["start_ns"], s["iteration_id"] or 0))
+    if not rows:
+        return [("step", 0.0, float("inf"))]
+    return [
+        (f"step{s['iteration_id']}" if s["iteration_id"] is not None else "step", s["start_ns"], s["end_ns"])
+        for s in rows
+    ]
+
+
+def _assign(
+    ops: Sequence[Mapping[str, Any]], steps: list[tuple[str, float, float]]
+) -> list[list[Mapping[str, Any]]]:
+    """The ops of each step (torch_npu ``split_comm_op_by_step``)."""
+    if len(steps) == 1:
+        return [list(ops)]
+    out: list[list[Mapping[str, Any]]] = [[] for _ in steps]
+    for op in ops:
+        for index, (_, start, end) in enumerate(steps):
+            if start <= op["start_ns"] <= end:
+                out[index].append(op)
+                break
+    return out
+
+
+# -- the two files ------------------------------------------------------------------------------
+
+
+def _by_op(links: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    grouped: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for link in links:
+        grouped[op_key(link)].append(link)
+    return grouped
+
+
+def _ordered(ops: pa.Table | None) -> list[dict[str, Any]]:
+    return sorted(_rows(ops), key=lambda r: r["start_ns"])
+
+
+def communication(
+    ops: pa.Table | None, links: pa.Table | None, steps: pa.Table | None = None, *, wall_offset_ns: int = 0
+) -> dict[str, Any]:
+    """The content of ``communication.json`` for one device (see the module docstring)."""
+    ordered, by_op = _ordered(ops), _by_op(_rows(links))
+    step_list = _steps(_rows(steps))
+    out: dict[str, Any] = {}
+    for (key, _, _), members in zip(step_list, _assign(ordered, step_list), strict=True):
+        infos = {
+            op_key(op): {
+                TIME: time_info(op, wall_offset_ns),
+                BANDWIDTH: bandwidth_info(by_op.get(op_key(op), ())),
+            }
+            for op in members
+        }
+        groups = _split_p2p(infos)
+        for group in groups.values():
+            if group:
+                group[TOTAL] = _total_op_info(group)
+        out[key] = groups
+    return out
+
+
+def _link_entries(links: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """msprof's matrix entries of one op: per ``src-dst`` (valid links only), sums and bandwidth."""
+    entries: dict[str, dict[str, Any]] = {}
+    sums: dict[str, list[int]] = {}
+    for link in links:
+        if link["src_rank"] is None or link["dst_rank"] is None:
+            continue
+        key = f"{link['src_rank']}-{link['dst_rank']}"
+        total = sums.setdefault(key, [0, 0])
+        total[0] += link["size_bytes"]
+        total[1] += link["transit_ns"]
+        entries[key] = {TRANSPORT: link["transport_type"]}
+    for key, (size, ns) in sums.items():
+        mb, ms = size / _BYTES_PER_MB, ns / _NS_PER_MS
+        entries[key] |= {SIZE: mb, TRANSIT: ms, BW: 0 if ms == 0 else round(mb / ms, 4)}
+    return entries
+
+
+def _op_type(key: str) -> str:
+    found = OP_TYPE_PATTERN.search(key.lower())
+    return found.group() if found else key.split("__", maxsplit=1)[0]
+
+
+def _summaries(ops: Mapping[str, Mapping[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """torch_npu's ``get_comm_type`` + ``integrate_matrix_data`` for one p2p/collective group."""
+    instances: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for key, link_entries in ops.items():
+        kind, group = _op_type(key), key.split("@")[-1]
+        for link, entry in link_entries.items():
+            instances[kind, group, link].append(entry | {OP_NAME: key.split("@")[0]})
+    out: dict[str, dict[str, Any]] = defaultdict(dict)
+    for (kind, group, link), entries in instances.items():
+        ranked = sorted(entries, key=lambda e: e[BW], reverse=True)
+        size, ms = sum(e[SIZE] for e in ranked), sum(e[TRANSIT] for e in ranked)
+        out[f"{kind}-top1@{group}"][link] = ranked[0]
+        out[f"{kind}-middle@{group}"][link] = ranked[len(ranked) // 2]
+        out[f"{kind}-bottom1@{group}"][link] = ranked[-1]
+        out[f"{kind}-total@{group}"][link] = {
+            TRANSPORT: ranked[0][TRANSPORT],
+            SIZE: size,
+            TRANSIT: ms,
+            BW: _total_ratio(size, ms),
+        }
+        for depth in (2, 3):
+            if len(ranked) >= depth:
+                out[f"{kind}-bottom{depth}@{group}"][link] = ranked[-depth]
+    return dict(out)
+
+
+def communication_matrix(
+    ops: pa.Table | None, links: pa.Table | None, steps: pa.Table | None = None
+) -> dict[str, Any]:
+    """The content of ``communication_matrix.json`` for one device (see the module docstring)."""
+    ordered, by_op = _ordered(ops), _by_op(_rows(links))
+    matrix = {op_key(op): _link_entries(by_op.get(op_key(op), ())) for op in ordered}
+    step_list = _steps(_rows(steps))
+    members = [{op_key(op) for op in group} for group in _assign(ordered, step_list)]
+    per_step: dict[str, dict[str, Any]] = {}
+    if not any(members):
+        per_step["step"] = matrix
+    else:
+        for key, entries in matrix.items():
+            for (step, _, _), names in zip(step_list, members, strict=True):
+                if key in names:
+                    per_step.setdefault(step, {})[key] = entries
+                    break
+    return {
+        step: {group: _summaries(data) for group, data in _split_p2p(ops_of_step).items()}
+        for step, ops_of_step in per_step.items()
+    }
+
+
+class CommunicationJsonSink(Sink):
+    """Writes ``communication.json`` and ``communication_matrix.json`` of one device into ``directory``.
+
+    Feed it with :meth:`write` (``comm_ops``, ``comm_links`` and ``framework_steps`` batches; rows of
+    another device than ``device_id`` are ignored when it is given); the files appear at :meth:`close`.
+    ``wall_offset_ns`` turns the host monotonic ns of the tables into Unix ns for ``Start Timestamp(us)``.
+    Nothing is written when no HCCL op was seen, as torch_npu writes nothing without msprof's data.
+    """
+
+    TABLES = ("comm_ops", "comm_links", "framework_steps")
+
+    def __init__(
+        self, directory: str | Path, *, wall_offset_ns: int = 0, device_id: int | None = None
+    ) -> None:
+        super().__init__()
+        self.directory = Path(directory)
+        self.wall_offset_ns = wall_offset_ns
+        self.device_id = device_id
+        self._batches: dict[str, list[pa.RecordBatch]] = {name: [] for name in self.TABLES}
+        self._files: list[StagedFile] = []
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        """Take one batch of ``table`` (one of :attr:`TABLES`)."""
+        self._require_open()
+        if table not in self._batches:
+            msg = f"CommunicationJsonSink reads {self.TABLES}, not {table!r}"
+            raise ValueError(msg)
+        if self.device_id is not None and batch.num_rows:
+            batch = batch.filter(pa.compute.equal(batch.column("device_id"), self.device_id))
+        if batch.num_rows:
+            self._batches[table].append(batch)
+
+    def _table(self, name: str) -> pa.Table | None:
+        batches = self._batches[name]
+        return pa.Table.from_batches(batches) if batches else None
+
+    def _commit(self) -> list[Path]:
+        ops = self._table("comm_ops")
+        if ops is None:
+            return []
+        links, steps = self._table("comm_links"), self._table("framework_steps")
+        contents = {
+            COMMUNICATION: communication(ops, links, steps, wall_offset_ns=self.wall_offset_ns),
+            MATRIX: communication_matrix(ops, links, steps),
+        }
+        paths = []
+        for name, content in contents.items():
+            staged = StagedFile(self.directory, name)
+            self._files.append(staged)
+            staged.write(json.dumps(content).encode())
+            paths.append(staged.commit(name))
+        return paths
+
+    def _discard(self) -> None:
+        for staged in self._files:
+            staged.discard()
+        self._batches = {name: [] for name in self.TABLES}

@@ -1,0 +1,183 @@
+"""OperatorDetails: host/device self and total durations of the torch op tree (hand-built and simulated)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import profstream
+from profstream.engine.operators.operator_details import OperatorDetails
+from profstream.engine.runtime import DONE
+from profstream.engine.schema import TABLES, conform
+from profstream.simulate import SimulationConfig, simulate
+from tests.engine.operators.harness import Step, check_snapshot, drive, table
+
+# (op_id, parent_id, kind, name, start, end): a step with ops A (child B) and C; an enqueue under B
+OPS: list[tuple[Any, ...]] = [
+    (0, None, "cpu_op", "ProfilerStep#1", 0, 1000),
+    (1, 0, "cpu_op", "A", 10, 500),
+    (2, 1, "cpu_op", "B", 20, 100),
+    (3, 2, "enqueue", "Enqueue", 30, 40),
+    (4, 0, "cpu_op", "C", 600, 900),
+    (5, None, "cpu_op", "D", 2000, 2100),
+]
+# (device, stream, start, end, task type): k1 k2 k3 k4 (k3, k4 share a key)
+TASKS = [
+    (0, 1, 150, 200, "AI_CORE"),
+    (0, 1, 200, 230, "AI_VECTOR_CORE"),
+    (0, 2, 700, 720, "AI_CORE"),
+    (0, 2, 700, 720, "AI_CPU"),
+    (0, 1, 5000, 5100, "AI_CORE"),  # never flowed
+]
+# (src op start, task index)
+FLOWS = [(20, 0), (10, 1), (600, 2), (600, 3)]
+
+
+def ops_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    cols = list(zip(*rows, strict=True))
+    n = len(rows)
+    return conform(
+        TABLES["ops"],
+        {
+            "op_id": pa.array(cols[0], pa.int64()),
+            "parent_id": pa.array(cols[1], pa.int64()),
+            "kind": pa.array(cols[2], pa.string()),
+            "name": pa.array(cols[3], pa.string()),
+            "pid": [7] * n,
+            "tid": [8] * n,
+            "start_ns": pa.array(cols[4], pa.int64()),
+            "end_ns": pa.array(cols[5], pa.int64()),
+            "input_shapes": pa.array([f"{i},2" for i in cols[0]], pa.string()),
+        },
+    )
+
+
+def tasks_batch() -> pa.RecordBatch:
+    cols = list(zip(*TASKS, strict=True))
+    return conform(
+        TABLES["tasks"],
+        {
+            "device_id": pa.array(cols[0], pa.int32()),
+            "stream_id": pa.array(cols[1], pa.int32()),
+            "start_ns": pa.array(cols[2], pa.int64()),
+            "end_ns": pa.array(cols[3], pa.int64()),
+            "task_type": pa.array(cols[4], pa.string()),
+        },
+    )
+
+
+def flows_batch() -> pa.RecordBatch:
+    n = len(FLOWS)
+    return conform(
+        TABLES["flows"],
+        {
+            "kind": pa.array(["async_npu"] * n, pa.string()),
+            "flow_id": list(range(n)),
+            "src_pid": [7] * n,
+            "src_tid": [8] * n,
+            "src_ns": [s for s, _ in FLOWS],
+            "dst_device_id": pa.array([TASKS[t][0] for _, t in FLOWS], pa.int32()),
+            "dst_tid": [TASKS[t][1] for _, t in FLOWS],
+            "dst_ns": [TASKS[t][2] for _, t in FLOWS],
+        },
+    )
+
+
+STEPS: list[Step] = [
+    ("tasks@0", tasks_batch(), 0),
+    ("ops", ops_batch(OPS), 0),
+    ("flows", flows_batch(), 500),
+    ("flows", None, 1001),
+    ("flows", None, 2101),
+]
+
+
+def test_hand_built_tree() -> None:
+    out = drive(OperatorDetails([0]), STEPS)
+    got = table(out)
+    assert got is not None
+    rows = {r["name"]: r for r in got.to_pylist()}
+    assert list(rows) == ["A", "B", "C", "D"]  # op order, ProfilerStep left out
+    a, b, c, d = (rows[k] for k in "ABCD")
+    assert (a["host_total_ns"], a["host_self_ns"]) == (490, 410)  # minus B (80); the enqueue is no child
+    assert (a["device_self_ns"], a["device_total_ns"]) == (30, 80)
+    assert (a["device_self_aicore_ns"], a["device_total_aicore_ns"]) == (0, 50)
+    assert (b["device_self_ns"], b["device_total_ns"], b["device_total_aicore_ns"]) == (50, 50, 50)
+    assert (c["device_self_ns"], c["device_self_aicore_ns"]) == (40, 20)  # both tasks of one key
+    assert (d["device_total_ns"], d["host_self_ns"]) == (0, 100)
+    assert {r["device_id"] for r in rows.values()} == {0}
+    assert a["input_shapes"] == "1,2"
+
+
+def test_subtree_waits_for_its_root_to_end() -> None:
+    op = OperatorDetails([0])
+    assert drive(op, STEPS[:3], finish=False) == []  # the step root ends at 1000
+    first = table(op.advance(1001))
+    assert first is not None
+    assert first.column("name").to_pylist() == ["A", "B", "C"]
+    assert table(op.advance(2101)) is not None
+    assert op.finish() == []
+
+
+def test_unmatched_flows_and_late_ops_are_counted() -> None:
+    op = OperatorDetails([0])
+    late = ops_batch([(9, 0, "cpu_op", "late", 300, 310)])
+    drive(op, [*STEPS, ("ops", late, DONE)])
+    assert op._counts["late_ops"] == 1
+    stray = flows_batch().slice(0, 1)
+    op = OperatorDetails([0])
+    drive(op, [("flows", stray, 10)])
+    assert op._counts["flows_without_task"] == 1
+
+
+def test_snapshot_round_trip() -> None:
+    for cut in range(len(STEPS) + 1):
+        check_snapshot(lambda: OperatorDetails([0]), STEPS, cut)
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    simulate(SimulationConfig(chip="910B", steps=3, framework="torch_npu"), out / "prof", out / "truth")
+    return next((out / "prof").iterdir())
+
+
+def test_simulated_totals_match_the_flows(simulated: Path) -> None:
+    handle = profstream.open(simulated)
+    ops = [o for o in handle.table("ops").read_all().to_pylist() if o["kind"] == "cpu_op"]
+    flows = [f for f in handle.table("flows").read_all().to_pylist() if f["kind"] == "async_npu"]
+    tasks = handle.table("tasks").read_all().to_pylist()
+    details = {r["op_id"]: r for r in handle.table("operator_details").read_all().to_pylist()}
+    kernels = {(t["device_id"], t["stream_id"], t["start_ns"]): t for t in tasks}
+    by_source = {(o["pid"], o["tid"], o["start_ns"]): o["op_id"] for o in ops}  # later (deeper) wins
+    own: dict[int, int] = defaultdict(int)
+    for flow in flows:
+        task = kernels[flow["dst_device_id"], flow["dst_tid"], flow["dst_ns"]]
+        own[by_source[flow["src_pid"], flow["src_tid"], flow["src_ns"]]] += task["end_ns"] - task["start_ns"]
+    children: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
+    for o in ops:
+        children[o["parent_id"]].append(o)
+
+    def subtree(op_id: int) -> int:
+        return own[op_id] + sum(subtree(c["op_id"]) for c in children[op_id])
+
+    assert flows and len(details) == sum(1 for o in ops if "ProfilerStep#" not in o["name"])
+    for o in ops:
+        if "ProfilerStep#" in o["name"]:
+            assert o["op_id"] not in details
+            continue
+        row = details[o["op_id"]]
+        duration = o["end_ns"] - o["start_ns"]
+        assert row["host_total_ns"] == duration
+        assert row["host_self_ns"] == duration - sum(
+            c["end_ns"] - c["start_ns"] for c in children[o["op_id"]]
+        )
+        assert row["device_self_ns"] == own[o["op_id"]]
+        assert row["device_total_ns"] == subtree(o["op_id"])
+    roots = [o for o in ops if o["parent_id"] is None and "ProfilerStep#" not in o["name"]]
+    assert all(details[r["op_id"]]["device_total_ns"] == subtree(r["op_id"]) for r in roots)
+    assert sum(own.values()) > 0

@@ -1,0 +1,65 @@
+"""``profstream export`` on the command line: exit codes, messages and the final summary."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from profstream.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from tests.export.conftest import Run
+
+
+def test_export_summary_prints_the_files_it_wrote(
+    graph_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", "summary", "-dir", str(graph_run.raw), "--output", str(tmp_path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "export summary (msprof layout)" in out
+    assert "devices: 0, 1" in out
+    for line in out.splitlines():
+        if line.strip().endswith(".csv"):
+            name = line.split()[-1]
+            assert (tmp_path / "mindstudio_profiler_output" / name).is_file()
+
+
+def test_the_msprof_binary_form_exports_timeline_and_summary(
+    graph_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = tmp_path / "raw"
+    shutil.copytree(graph_run.raw, raw)
+    [prof] = raw.glob("PROF_*")
+    assert main(["--export=on", f"--output={prof}"]) == EXIT_OK
+    written = {p.name.rsplit("_", 1)[0] for p in (prof / "mindstudio_profiler_output").iterdir()}
+    assert {"msprof", "op_summary", "step_trace", "README.txt"} <= written | {"README.txt"}
+    assert "export timeline" in capsys.readouterr().out
+
+
+def test_a_missing_directory_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "summary", "-dir", "/nonexistent/PROF_1"]) == EXIT_BAD_INPUT
+    assert "/nonexistent/PROF_1" in capsys.readouterr().err
+
+
+def test_an_iteration_out_of_range_is_bad_input(
+    graph_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["export", "summary", "-dir", str(graph_run.raw), "--output", str(tmp_path)]
+    assert main([*argv, "--model-id", "1", "--iteration-id", "9"]) == EXIT_BAD_INPUT
+    assert "out of range" in capsys.readouterr().err
+
+
+def test_corrupt_input_exits_1_naming_the_file(
+    graph_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw = tmp_path / "raw"
+    shutil.copytree(graph_run.raw, raw)
+    victim = max(raw.rglob("device_1/data/hwts.data.*"), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[:64] = b"\xee" * 64
+    victim.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    assert main(["export", "timeline", "-dir", str(raw), "--output", str(out)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert victim.name in err and "offset" in err
+    assert not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]

@@ -1,0 +1,247 @@
+"""Exports of simulated runs against the simulator's ground truth, and the export's guarantees."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+import profstream
+from profstream.config import ExportSettings
+from profstream.errors import DecodeError
+from profstream.export import IterationError, Selection, clear_caches, export
+from profstream.simulate import SimulationConfig, simulate
+from tests.export.conftest import Run
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def one(directory: Path, pattern: str) -> Path:
+    """The newest file of a module: msprof's output dir keeps every export's timestamped files."""
+    found = sorted(directory.glob(pattern))
+    assert found, pattern
+    return found[-1]
+
+
+def micros(ns: int) -> Decimal:
+    return Decimal(ns) / 1000
+
+
+def truth_tasks(run: Run) -> list[dict[str, object]]:
+    """The tasks op_summary lists: those with GE compute-task info (HCCL tasks and the runtime's own
+    memcpy, GE task type ``-``, have none; msprof_outputs.md §2.1)."""
+    tasks = pq.read_table(run.truth / "tasks.parquet")
+    return [t for t in tasks.to_pylist() if t["ge_task_type"] not in ("HCCL", "-")]
+
+
+def test_op_summary_lists_every_matched_task_with_its_duration(graph_run: Run) -> None:
+    graph_run.export("msprof", "summary")
+    out = graph_run.out / "msprof" / "mindstudio_profiler_output"
+    written = rows(one(out, "op_summary_*.csv"))
+    expected = truth_tasks(graph_run)
+    assert len(written) == len(expected)
+    by_key = {(t["device_id"], t["stream_id"], t["task_id"], t["start_ns"]): t for t in expected}
+    offset = None
+    for row in written:
+        start = Decimal(row["Task Start Time(us)"].rstrip("\t"))
+        assert row["Task Start Time(us)"].endswith("\t")
+        match = [
+            t
+            for (d, s, k, _), t in by_key.items()
+            if (d, s, k) == (int(row["Device_id"]), int(row["Stream ID"]), int(row["Task ID"]))
+        ]
+        assert match, row
+        task = min(match, key=lambda t: abs(micros(t["start_ns"]) + (offset or 0) - start))  # type: ignore[arg-type]
+        if offset is None:
+            offset = start - micros(task["start_ns"])  # type: ignore[arg-type]
+        assert start - offset == micros(task["start_ns"])  # type: ignore[arg-type]
+        assert Decimal(row["Task Duration(us)"]) == micros(task["end_ns"] - task["start_ns"])  # type: ignore[operator]
+        assert row["Op Name"] == task["op_name"]
+        assert row["OP Type"] == task["op_type"]
+    # msprof's order: device by device, start times rising within each
+    devices = [int(r["Device_id"]) for r in written]
+    assert devices == sorted(devices)
+    assert "Context ID" not in written[0]  # no STARS on 910A (msprof_outputs.md §2.1)
+
+
+def test_task_wait_time_is_the_gap_to_the_previous_task_of_the_device(graph_run: Run) -> None:
+    graph_run.export("msprof", "summary")
+    written = rows(one(graph_run.out / "msprof" / "mindstudio_profiler_output", "op_summary_*.csv"))
+    previous: dict[str, Decimal] = {}
+    for row in written:
+        start = Decimal(row["Task Start Time(us)"].rstrip("\t"))
+        expected = max(Decimal(0), start - previous[row["Device_id"]]) if row["Device_id"] in previous else 0
+        assert Decimal(row["Task Wait Time(us)"]) == expected
+        previous[row["Device_id"]] = start + Decimal(row["Task Duration(us)"])
+
+
+def test_step_trace_time_equals_the_per_step_truth(torch_run: Run) -> None:
+    """The lanes bucketed by step equal the truth; Free differs by design (tests/engine/test_plan.py)."""
+    torch_run.export("torch_npu", "summary")
+    out = torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT"
+    written = {int(r["Step"]): r for r in rows(out / "step_trace_time.csv")}
+    truth = pq.read_table(torch_run.truth / "steps.parquet").to_pylist()
+    assert sorted(written) == sorted(s["iteration"] for s in truth)
+    columns = {
+        "Computing": "computing_ns",
+        "Communication": "communication_ns",
+        "Communication(Not Overlapped)": "comm_not_overlapped_ns",
+        "Overlapped": "overlapped_ns",
+    }
+    for step in truth:
+        row = written[step["iteration"]]
+        for header, column in columns.items():
+            assert Decimal(row[header]) == micros(step[column]), header
+
+
+def test_kernel_details_step_ids_follow_the_framework_steps(torch_run: Run) -> None:
+    torch_run.export("torch_npu", "summary")
+    written = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    expected = Counter(t["iteration"] for t in truth_tasks(torch_run))
+    assert Counter(int(r["Step Id"]) for r in written) == expected
+    raw = (torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").read_bytes()
+    assert raw.count(b"\r\n") == len(written) + 1  # csv.writer's line ends, as torch_npu writes
+
+
+def test_timeline_has_every_task_and_its_launch_flow(torch_run: Run) -> None:
+    torch_run.export("torch_npu", "timeline")
+    events = json.loads(
+        (torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text()
+    )
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    hardware = [
+        e for e in events if e["ph"] == "X" and names.get(e["pid"]) == "Ascend Hardware" and e["tid"] < 70000
+    ]
+    tasks = pq.read_table(torch_run.truth / "tasks.parquet")
+    assert len(hardware) == tasks.num_rows
+    assert all(isinstance(e["ts"], str) and len(e["ts"].split(".")[1]) == 3 for e in hardware)
+    starts = {e["id"]: e for e in events if e["ph"] == "s" and e["cat"] == "HostToDevice"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f" and e["cat"] == "HostToDevice"}
+    assert starts.keys() == ends.keys() and starts
+    assert all(Decimal(starts[i]["ts"]) <= Decimal(ends[i]["ts"]) for i in starts)
+    assert Counter(names.values())["Python"] == 1
+
+
+def test_parquet_layout_round_trips_every_table(torch_run: Run) -> None:
+    torch_run.export("parquet")
+    for name in ("tasks", "api", "ops", "memory_record", "step_time"):
+        written = ds.dataset(torch_run.out / "parquet" / "parquet" / name, partitioning="hive").to_table()
+        direct = profstream.open(torch_run.raw).table(name).read_all()
+        assert written.num_rows == direct.num_rows > 0, name
+        assert sorted(
+            written.column(
+                "start_ns" if "start_ns" in direct.column_names else direct.column_names[1]
+            ).to_pylist(),
+            key=str,
+        ) == sorted(
+            direct.column(
+                "start_ns" if "start_ns" in direct.column_names else direct.column_names[1]
+            ).to_pylist(),
+            key=str,
+        ), name
+
+
+def test_json_summaries_have_the_csv_headers_as_keys(graph_run: Run) -> None:
+    graph_run.export("msprof", "summary", fmt="json")
+    out = graph_run.out / "msprof" / "mindstudio_profiler_output"
+    data = json.loads(one(out, "op_statistic_*.json").read_text())
+    assert list(data[0]) == [
+        "Device_id",
+        "OP Type",
+        "Core Type",
+        "Count",
+        "Total Time(us)",
+        "Min Time(us)",
+        "Avg Time(us)",
+        "Max Time(us)",
+        "Ratio(%)",
+    ]
+    assert sum(r["Count"] for r in data) == len(truth_tasks(graph_run))
+
+
+def test_timeline_limit_is_never_exceeded_and_the_drop_report_is_exact(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    simulate(SimulationConfig(chip="910A", steps=16, ops_per_step=40, devices=2, seed=5), raw)
+    full = export(raw, kind="timeline", output=tmp_path / "full")
+    limited = export(
+        raw, kind="timeline", output=tmp_path / "limited", settings=ExportSettings(timeline_limit_mb=1)
+    )
+    [main_full] = [f for f in full.collections[0].files if Path(f.path).name.startswith("msprof_")]
+    assert main_full.bytes > 1 << 20, "the run must be larger than the limit for this test"
+
+    def phases(report_files: list[str]) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for path in report_files:
+            counts.update(e["ph"] for e in json.loads(Path(path).read_text()) if e["ph"] != "M")
+        return counts
+
+    mains = [f for f in limited.collections[0].files if Path(f.path).name.startswith("msprof_")]
+    assert sum(f.bytes for f in mains) <= 1 << 20
+    written = phases([f.path for f in mains])
+    dropped = limited.collections[0].timeline_dropped
+    assert dropped and sum(dropped.values()) > 0
+    total = phases([main_full.path])
+    assert {ph: written[ph] + dropped.get(ph, 0) for ph in total} == dict(total)
+
+
+def test_a_framework_step_selects_only_its_tasks(torch_run: Run, tmp_path: Path) -> None:
+    export(
+        torch_run.raw,
+        kind="summary",
+        layout="torch_npu",
+        output=tmp_path,
+        selection=Selection(model_id=4294967295, iteration_id=2),
+    )
+    written = rows(tmp_path / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    expected = [t for t in truth_tasks(torch_run) if t["iteration"] == 2]
+    assert {int(r["Step Id"]) for r in written} == {2}
+    assert len(written) == len(expected)
+
+
+def test_an_iteration_the_data_lacks_is_a_clear_error(graph_run: Run, tmp_path: Path) -> None:
+    with pytest.raises(IterationError, match=r"out of range; it has 1\.\.3"):
+        export(
+            graph_run.raw,
+            kind="summary",
+            output=tmp_path,
+            selection=Selection(model_id=1, iteration_id=3, iteration_count=2),
+        )
+    with pytest.raises(IterationError, match="model 9 has no iterations"):
+        export(
+            graph_run.raw, kind="summary", output=tmp_path, selection=Selection(model_id=9, iteration_id=1)
+        )
+
+
+def test_corrupt_input_fails_and_leaves_no_complete_file(graph_run: Run, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    import shutil
+
+    shutil.copytree(graph_run.raw, raw)
+    victim = max(raw.rglob("device_0/data/hwts.data.*"), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[64:96] = b"\xff" * 32  # break two records' type and counter fields
+    victim.write_bytes(bytes(data))
+    with pytest.raises(DecodeError, match=victim.name):
+        export(raw, kind="summary", output=tmp_path / "out")
+    left = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert all(p.name.startswith(".") for p in left), left
+
+
+def test_clear_removes_only_leftover_temporary_files(graph_run: Run, tmp_path: Path) -> None:
+    report = export(graph_run.raw, kind="summary", output=tmp_path)
+    out = Path(report.collections[0].output_dir)
+    stale = out / ".op_summary_1.csv.0.123.abcd.part"
+    stale.write_text("partial")
+    before = sorted(p for p in graph_run.raw.rglob("*") if p.is_file())
+    assert clear_caches(report) == [stale]
+    assert not stale.exists()
+    assert sorted(p for p in graph_run.raw.rglob("*") if p.is_file()) == before

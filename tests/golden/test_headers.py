@@ -1,0 +1,91 @@
+"""The headers and line ends profstream writes equal those of the real files in shared/realdata.
+
+kernel_details' PMU columns depend on the collected events, so its header is rebuilt from the real
+file's own metric names (its unit suffixes stripped) and must come back column for column; every
+other file has a fixed header, compared with a profstream export of a simulated run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from profstream.engine.layouts import Context
+from profstream.engine.layouts.msprof import metric_header, task_cells
+from profstream.engine.layouts.torch_npu import RENAMES
+from profstream.export import export
+from profstream.simulate import SimulationConfig, simulate
+
+REAL = Path(__file__).resolve().parents[3] / "shared" / "realdata"
+TORCH = REAL / "msinsight-torchnpu-910b" / "test" / "data" / "pytorch" / "text"
+FIXED_COLUMNS = 21  # Step Id .. Context ID in the Level1/Level2 kernel_details
+
+pytestmark = pytest.mark.skipif(not TORCH.is_dir(), reason="shared/realdata is not beside the checkout")
+
+
+def header(path: Path) -> tuple[list[str], bytes]:
+    first = path.read_bytes().split(b"\n", 1)[0]
+    ending = b"\r\n" if first.endswith(b"\r") else b"\n"
+    return first.rstrip(b"\r").decode().split(","), ending
+
+
+def _context(metrics: list[str]) -> Context:
+    return Context(
+        out_dir=Path(),
+        timestamp="",
+        wall_offset_ns=0,
+        devices=(0,),
+        metric_columns=metrics,
+        stars=True,
+        process_id=0,
+    )
+
+
+@pytest.mark.parametrize("level", ["level1", "level2"])
+def test_kernel_details_header_is_rebuilt_column_for_column(level: str) -> None:
+    real, _ = header(TORCH / level / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    metrics = [re.sub(r"\((us|GB/s|KB|%)\)$", "", name) for name in real[FIXED_COLUMNS:]]
+    cells = task_cells(_context(metrics), RENAMES)
+    assert ["Step Id", *(c.header for c in cells)] == real
+    assert [metric_header(m) for m in metrics] == real[FIXED_COLUMNS:]
+
+
+def test_level0_kernel_details_header() -> None:
+    real, _ = header(TORCH / "level0" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    assert ["Step Id", *(c.header for c in task_cells(_context([]), RENAMES, level0=True))] == real
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("headers")
+    simulate(
+        SimulationConfig(chip="910B", steps=2, ops_per_step=24, framework="torch_npu", seed=11), base / "raw"
+    )
+    export(base / "raw", kind="summary", layout="torch_npu", output=base / "torch_npu")
+    export(base / "raw", kind="summary", layout="msprof", output=base / "msprof")
+    return base
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "op_statistic.csv",
+        "api_statistic.csv",
+        "step_trace_time.csv",
+        "operator_memory.csv",
+        "memory_record.csv",
+        "npu_module_mem.csv",
+    ],
+)
+def test_torch_npu_headers_and_line_ends_equal_the_real_files(exported: Path, name: str) -> None:
+    real = header(TORCH / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / name)
+    ours = header(exported / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / name)
+    assert ours == real
+
+
+def test_msprof_api_statistic_header_equals_the_real_file(exported: Path) -> None:
+    [real_file] = (REAL / "dora-robo-310b-torchnpu").rglob("api_statistic_*.csv")
+    [ours_file] = (exported / "msprof" / "mindstudio_profiler_output").glob("api_statistic_*.csv")
+    assert header(ours_file) == header(real_file)
