@@ -239,7 +239,7 @@ def _handlers() -> dict[str, Handler]:
         "simulate": commands.run_simulate,
         "demo": commands.run_demo,
         "collect": _not_yet("collect (the collector daemon capability)"),
-        "cluster": lambda args: __import__("profstream.cluster.command", fromlist=["run"]).run(args),
+        "cluster": commands.run_cluster,
         "validate": commands.run_validate,
     }
 

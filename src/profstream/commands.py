@@ -107,6 +107,13 @@ def run_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_cluster(args: argparse.Namespace) -> int:
+    """``cluster``: imported only when asked for (it brings the Dask runner)."""
+    from profstream.cluster import command
+
+    return command.run(args)
+
+
 def run_inspect(args: argparse.Namespace) -> int:
     """Print, per device and family: files, bytes, records, lost-record gaps, time range."""
     from profstream.api import open_profile

@@ -243,15 +243,6 @@ def _default_root(collection: discovery.Profile, layout: Layout) -> Path:
     return collection.path
 
 
-def _wall_offset(collection: discovery.Profile) -> int:
-    """The host start_info's offset, else device 0's (msprof's ``GetLocalTime``, §3.5)."""
-    dirs = [collection.host, *collection.devices]
-    for data_dir in dirs:
-        if data_dir is not None and data_dir.metadata is not None:
-            return data_dir.metadata.start_info.wall_offset_ns
-    return 0
-
-
 def _process_id(collection: discovery.Profile) -> int:
     for data_dir in (collection.host, *collection.devices):
         if data_dir is not None and data_dir.metadata is not None:
@@ -269,7 +260,7 @@ def _context(collection: discovery.Profile, out_dir: Path, window: tuple[int, in
     return Context(
         out_dir=out_dir,
         timestamp=datetime.now().strftime("%Y%m%d%H%M%S"),
-        wall_offset_ns=_wall_offset(collection),
+        wall_offset_ns=collection.wall_offset_ns,
         devices=devices,
         metric_columns=metrics,
         stars=stars,
@@ -414,18 +405,20 @@ def _window(
 
 
 def _profiler_info(collection: discovery.Profile, base: Path) -> list[Path]:
-    """profiler_info.json beside ASCEND_PROFILER_OUTPUT, so torch_npu tools find the rank (§3.8)."""
+    """profiler_info[_<rank>].json beside ASCEND_PROFILER_OUTPUT: torch_npu tools (msprof-analyze)
+    find a rank and its id by this file's name (framework_outputs.md §3.8)."""
     source = collection.profiler_info_path
     if source is not None and source.parent == base:
         return []
-    target = base / "profiler_info.json"
     if source is not None:
+        target = base / source.name
         shutil.copyfile(source, target)
-    else:
-        rank = next(
-            (d.metadata.info.rank_id for d in (collection.host, *collection.devices) if d and d.metadata), -1
-        )
-        target.write_bytes(msgspec.json.encode({"rank_id": rank}))
+        return [target]
+    rank = next(
+        (d.metadata.info.rank_id for d in (collection.host, *collection.devices) if d and d.metadata), -1
+    )
+    target = base / ("profiler_info.json" if rank < 0 else f"profiler_info_{rank}.json")
+    target.write_bytes(msgspec.json.encode({"rank_id": rank}))
     return [target]
 
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from profstream.cli import main
-from profstream.cluster import analyse_cluster
+from profstream.cluster import analyse_cluster, find_ranks
 from profstream.cluster.command import EXTRA_MESSAGE
 from profstream.cluster.rank import COMM_OPS_TABLE
 from profstream.simulate import SimulationConfig, simulate
@@ -108,6 +108,12 @@ def test_missing_dask_is_a_usage_error_naming_the_extra(
     assert not any(tmp_path.iterdir())
 
 
-def test_per_rank_export_layouts_are_not_there_yet(run: tuple[Path, Path], tmp_path: Path) -> None:
-    pytest.importorskip("distributed")
-    assert main(["cluster", str(run[0]), "--output", str(tmp_path), "--layout", "torch_npu"]) == 2
+def test_a_layout_exports_every_rank_beside_the_cluster_files(run: tuple[Path, Path], tmp_path: Path) -> None:
+    """``--layout torch_npu``: each rank's ASCEND_PROFILER_OUTPUT, as ``profstream export`` writes it."""
+    analyse_cluster(run[0], tmp_path, layout="torch_npu")
+    ranks = find_ranks(run[0])
+    for rank in ranks:
+        out = tmp_path / "ranks" / f"rank{rank.rank}" / "ASCEND_PROFILER_OUTPUT"
+        assert (out / "kernel_details.csv").is_file() and (out / "trace_view.json").is_file()
+        assert (out / "step_trace_time.csv").read_text().startswith("Step,Computing")
+    assert (tmp_path / "cluster_step_trace_time.csv").is_file()

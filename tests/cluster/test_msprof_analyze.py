@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 
 from profstream.cluster import analyse_cluster, find_ranks
-from profstream.cluster.rank import analyse_rank
+from profstream.export import export
 from profstream.simulate import SimulationConfig, simulate
-from tests.cluster.torch_layout import write_rank
 
 MSPROF_ANALYZE = os.environ.get("PROFSTREAM_MSPROF_ANALYZE") or shutil.which("msprof-analyze")
 pytestmark = pytest.mark.skipif(
@@ -59,8 +58,8 @@ def test_msprof_analyze_agrees_with_profstream(tmp_path: Path) -> None:
     ours = tmp_path / "ours"
     analyse_cluster(tmp_path / "run", ours)
     layout = tmp_path / "torch_npu"
-    for rank in find_ranks(tmp_path / "run"):
-        write_rank(analyse_rank(rank, tmp_path / "dataset"), tmp_path / "dataset", layout)
+    for rank in find_ranks(tmp_path / "run"):  # profstream's own per-rank torch_npu export
+        export(rank.path, kind="summary", layout="torch_npu", output=layout / rank.path.name)
     theirs = tmp_path / "theirs"
     subprocess.run(
         [MSPROF_ANALYZE, "cluster", "-d", str(layout), "-m", "all", "-o", str(theirs)],

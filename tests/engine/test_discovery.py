@@ -202,3 +202,4 @@ def test_host_clock_borrows_device_sync(tmp_path: Path) -> None:
     device_clock = profile.clock(profile.device(0))
     assert host_clock.host_mono == device_clock.host_mono == 23516386667449
     assert host_clock.wall_offset == 1763697324412586447  # the host's own start_info
+    assert profile.wall_offset_ns == host_clock.wall_offset  # the host's offset goes before a device's

@@ -7,17 +7,19 @@ runs, and its absence is a usage error (exit 2) naming the extra. Without ``--sc
 must see ``DIR`` and ``OUT`` at the same paths (a shared filesystem).
 
 ``--layout``: the cluster files and the Parquet dataset are always written; ``parquet`` (the default)
-asks for nothing more. ``torch_npu`` / ``msprof`` would also write each rank's export next to them,
-which waits for the export capability.
+asks for nothing more. ``torch_npu`` / ``msprof`` also export each raw rank in that layout to
+``OUT/ranks/rank{N}/`` (see :mod:`.runner`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 from types import ModuleType
 
-from profstream.errors import ConfigError, NotImplementedYetError
+from profstream.engine.layouts import Layout
+from profstream.errors import ConfigError
 
 EXTRA_MESSAGE = "profstream cluster needs the 'cluster' extra: pip install 'profstream[cluster]'"
 DEFAULT_WORKERS = 2
@@ -26,27 +28,22 @@ DEFAULT_WORKERS = 2
 def import_distributed() -> ModuleType:
     """``dask.distributed``, or a ConfigError (exit 2) that names the extra."""
     try:
-        import distributed
+        return importlib.import_module("distributed")
     except ImportError as err:
         raise ConfigError(EXTRA_MESSAGE) from err
-    return distributed
 
 
 def run(args: argparse.Namespace) -> int:
     """The command's handler (cli.py dispatches ``cluster`` here)."""
     distributed = import_distributed()
-    if args.layout in ("torch_npu", "msprof"):
-        msg = (
-            f"cluster --layout {args.layout} (per-rank exports) is not implemented yet; use --layout parquet"
-        )
-        raise NotImplementedYetError(msg)
     from profstream.cluster.runner import analyse_cluster
     from profstream.cluster.slow_rank import render
 
     output = Path(args.output)
+    layout: Layout = args.layout or "parquet"
     if args.scheduler:
         with distributed.Client(args.scheduler) as client:
-            report = analyse_cluster(args.dir, output, client=client)
+            report = analyse_cluster(args.dir, output, client=client, layout=layout)
     else:
         workers = args.workers or DEFAULT_WORKERS
         with (
@@ -55,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
             ) as local,
             distributed.Client(local) as client,
         ):
-            report = analyse_cluster(args.dir, output, client=client)
+            report = analyse_cluster(args.dir, output, client=client, layout=layout)
     print(f"analysed {len(report.ranks)} ranks into {output}")
     for path in report.files:
         print(f"  {path}")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import json
 from collections import defaultdict
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,17 +39,24 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from profstream import events
-from profstream.cluster import comm as comm_analysis
-from profstream.cluster.comm import BANDWIDTH, BANDWIDTH_INFO, DISTRIBUTION, SIZE, TIME, TIME_INFO, ratio
 from profstream.cluster.rank import COMM_OPS_TABLE, STEP_COLUMNS
 from profstream.cluster.reduce import Partial
 from profstream.sinks._base import StagedFile
+from profstream.sinks.communication_json import (
+    BANDWIDTH,
+    BW,
+    OP_NAME,
+    SIZE,
+    TOTAL,
+    TRANSIT,
+    TRANSPORT,
+    total_op_info,
+    total_ratio,
+)
 
 STEP_TRACE_CSV = "cluster_step_trace_time.csv"
 COMMUNICATION_JSON = "cluster_communication.json"
 MATRIX_JSON = "cluster_communication_matrix.json"
-TOTAL = comm_analysis.TOTAL_OP_INFO
-NOT_SUMMED = ("Wait Time Ratio", "Synchronization Time Ratio", "Start Timestamp(us)")
 
 
 def write_step_trace(directory: Path, cluster: Partial) -> Path:
@@ -126,45 +132,23 @@ def communication_steps(rows: pa.Table) -> dict[str, dict[str, dict[str, Any]]]:
     ):
         steps.setdefault(step, {}).setdefault(op, {}).setdefault(str(rank), json.loads(info))
     for ops in steps.values():
-        totals: dict[str, dict[str, Any]] = {}
+        infos: dict[str, dict[str, list[dict[str, Any]]]] = {}
         for op, by_rank in ops.items():
             group = op.rsplit("@", 1)[-1]
             for rank, info in by_rank.items():
-                total = totals.setdefault(group, {}).setdefault(rank, {TIME_INFO: {}, BANDWIDTH_INFO: {}})
-                add_op_info(total, info)
-        for group, by_rank in totals.items():
-            for total in by_rank.values():
-                finish_total(total)
-            ops[f"{TOTAL}@{group}"] = by_rank
+                infos.setdefault(group, {}).setdefault(rank, []).append(info)
+        for group, by_rank in infos.items():
+            ops[f"{TOTAL}@{group}"] = {rank: cluster_total(found) for rank, found in by_rank.items()}
     return steps
 
 
-def add_op_info(total: dict[str, Any], info: Mapping[str, Any]) -> None:
-    """Add one op's info to a total (MPA ``combine_time_info`` / ``combine_bandwidth_info``)."""
-    times = total[TIME_INFO]
-    for key, value in info.get(TIME_INFO, {}).items():
-        if key not in NOT_SUMMED:
-            times[key] = times.get(key, 0.0) + value
-    for transport, part in info.get(BANDWIDTH_INFO, {}).items():
-        record = total[BANDWIDTH_INFO].setdefault(transport, {TIME: 0, SIZE: 0, DISTRIBUTION: {}})
-        record[TIME] += part.get(TIME, 0)
-        record[SIZE] += part.get(SIZE, 0)
-        for size, (count, duration) in part.get(DISTRIBUTION, {}).items():
-            slot = record[DISTRIBUTION].setdefault(size, [0, 0])
-            slot[0] += count
-            slot[1] += duration
-
-
-def finish_total(total: dict[str, Any]) -> None:
-    """Ratios of a total's times and MB/ms bandwidth per transport (MPA ``compute_time_ratio`` ...)."""
-    times = total[TIME_INFO]
-    wait, transit, sync = (
-        times.get(k, 0) for k in ("Wait Time(ms)", "Transit Time(ms)", "Synchronization Time(ms)")
-    )
-    times["Wait Time Ratio"] = ratio(wait, wait + transit)
-    times["Synchronization Time Ratio"] = ratio(sync, sync + transit)
-    for record in total[BANDWIDTH_INFO].values():
-        record[BANDWIDTH] = ratio(record[SIZE], record[TIME])
+def cluster_total(infos: list[dict[str, Any]]) -> dict[str, Any]:
+    """msprof-analyze's total of a rank's ops in one group (MPA ``combine_time_info`` /
+    ``combine_bandwidth_info``): torch_npu's ``Total Op Info`` plus each transport's MB/ms bandwidth."""
+    total = total_op_info(infos)
+    for record in total[BANDWIDTH].values():
+        record[BW] = total_ratio(record[SIZE], record[TRANSIT])
+    return total
 
 
 def global_links(cluster: Partial) -> pa.Table:
@@ -219,13 +203,7 @@ def write_matrix(directory: Path, cluster: Partial) -> Path:
 
 
 def _link(transport: str, time: float, size: float, op_name: str) -> dict[str, Any]:
-    return {
-        "Transport Type": transport,
-        TIME: time,
-        SIZE: size,
-        "Op Name": op_name,
-        BANDWIDTH: ratio(size, time),
-    }
+    return {TRANSPORT: transport, TRANSIT: time, SIZE: size, OP_NAME: op_name, BW: total_ratio(size, time)}
 
 
 def summed_op(op: str) -> bool:
@@ -241,8 +219,8 @@ def _add_matrix_totals(ops: dict[str, dict[str, Any]]) -> None:
         group = op.rsplit("@", 1)[-1]
         for key, link in links.items():
             entry = totals.setdefault(group, {}).setdefault(key, ["", 0.0, 0.0, ""])
-            entry[0], entry[3] = link["Transport Type"], link["Op Name"]
-            entry[1] += link[TIME]
+            entry[0], entry[3] = link[TRANSPORT], link[OP_NAME]
+            entry[1] += link[TRANSIT]
             entry[2] += link[SIZE]
     for group, links in totals.items():
         ops[f"{TOTAL}@{group}"] = {key: _link(*values) for key, values in links.items()}

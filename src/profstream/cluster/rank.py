@@ -9,9 +9,12 @@ step). The rank's ``communication.json`` entries (one per communication op) are 
 dataset table ``comm_op_info`` instead of being returned, so that the reduction never carries them; the
 ``cluster_communication.json`` writer reads them back group by group.
 
+Communication: the engine's own analysis (``comm_ops`` / ``comm_links``, rendered by
+:func:`~profstream.cluster.comm.analyse` exactly as the torch_npu export renders it).
+
 Memory: besides the sinks' buffers (``max_buffered_bytes`` each), the task keeps the rank's
-``step_time``, ``framework_steps``, ``comm`` and ``comm_tasks`` rows, which the communication
-analysis joins (a few rows per communication op).
+``step_time``, ``framework_steps``, ``comm_ops`` and ``comm_links`` rows (a few rows per step and per
+communication op).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from profstream.sinks.parquet import ParquetSink
 #: the dataset table of the per-op communication entries (the rows of communication.json); not
 #: ``comm_ops``, which is the canonical table of per-op communication times
 COMM_OPS_TABLE = "comm_op_info"
-#: tables the communication analysis and the step trace need from the pipeline
-KEPT = ("step_time", "framework_steps", "comm", "comm_tasks")
+#: tables the communication entries and the step trace need from the pipeline
+KEPT = ("step_time", "framework_steps", "comm_ops", "comm_links")
 #: per-sink buffer: ~17 tables per rank, so at most a few hundred MB per task
 SINK_BUFFER_BYTES = 16 << 20
 
@@ -74,11 +77,8 @@ def analyse_rank(rank_dir: RankDir, dataset: Path) -> RankResult:
         sinks = _Sinks(dataset, rank_dir.rank, stack)
         if rank_dir.kind == "raw":
             kept, wall_offset = _run_raw(rank_dir.path, sinks)
-            ops, matrix = comm_analysis.analyse_raw(
-                kept["comm"],
-                kept["comm_tasks"],
-                comm_analysis.StepWindows.from_table(kept["framework_steps"]),
-                wall_offset,
+            ops, matrix = comm_analysis.analyse(
+                kept["comm_ops"], kept["comm_links"], kept["framework_steps"], wall_offset
             )
         else:
             kept = _run_exported(rank_dir.path, sinks)
@@ -127,8 +127,7 @@ def _run_raw(path: Path, sinks: _Sinks) -> tuple[dict[str, pa.Table], int]:
     wall_offset = 0
     for collection in discovery.discover(path):
         planner = Planner(collection)
-        if collection.devices:
-            wall_offset = collection.clock(collection.devices[0]).wall_offset
+        wall_offset = collection.wall_offset_ns
         metrics = next((planner.metric_columns(d) for d in planner.devices), [])
         schemas = {**TABLES, "tasks": tasks_schema(metrics)}
         pipeline, streams = planner.pipeline(TABLE_NAMES)

@@ -8,7 +8,10 @@ client, which writes the files. Without a client the same functions run in this 
 tree: the two give identical files (tests/cluster check it).
 
 Outputs under ``output``: the three msprof-analyze files (:mod:`.outputs`), ``slow_rank.json``
-(:mod:`.slow_rank`) and the Parquet dataset ``parquet/{table}/rank={rank}/part-0.parquet``.
+(:mod:`.slow_rank`) and the Parquet dataset ``parquet/{table}/rank={rank}/part-0.parquet``. With
+``layout`` ``msprof`` or ``torch_npu`` every raw rank is also exported in that layout (timeline and
+summary, :func:`profstream.export.export`) to ``ranks/rank{rank}/``, in the same rank task: one more
+pass over that rank's raw data.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from profstream.cluster.discovery import RankDir, find_ranks
 from profstream.cluster.rank import analyse_rank
 from profstream.cluster.reduce import DEFAULT_FAN_IN, Partial, from_rank, merge, tree
 from profstream.cluster.slow_rank import slow_ranks
+from profstream.engine.layouts import Layout
+from profstream.export import export
 
 DATASET_DIR = "parquet"
 SLOW_RANK_JSON = "slow_rank.json"
@@ -38,13 +43,25 @@ class ClusterReport:
     slow_rank: dict[str, Any] = field(default_factory=dict)
 
 
-def rank_partial(rank_dir: RankDir, dataset: Path) -> Partial:
-    """The whole per-rank task: run the rank, keep its small result as a partial."""
-    return from_rank(analyse_rank(rank_dir, dataset))
+RANKS_DIR = "ranks"
+
+
+def rank_partial(rank_dir: RankDir, dataset: Path, layout: Layout = "parquet") -> Partial:
+    """The whole per-rank task: run the rank (and export it in ``layout``), keep its small result."""
+    partial = from_rank(analyse_rank(rank_dir, dataset))
+    if layout != "parquet" and rank_dir.kind == "raw":
+        exports = dataset.parent / RANKS_DIR / f"rank{rank_dir.rank}"
+        export(rank_dir.path, kind="both", layout=layout, output=exports)
+    return partial
 
 
 def analyse_cluster(
-    root: Path | str, output: Path | str, *, client: Any = None, fan_in: int = DEFAULT_FAN_IN
+    root: Path | str,
+    output: Path | str,
+    *,
+    client: Any = None,
+    fan_in: int = DEFAULT_FAN_IN,
+    layout: Layout = "parquet",
 ) -> ClusterReport:
     """Analyse every rank under ``root`` into ``output`` (see the module docstring).
 
@@ -56,15 +73,15 @@ def analyse_cluster(
     log = events.get_logger(component="cluster", output=str(output))
     log.info(events.CLUSTER_STARTED, ranks=len(ranks), distributed=client is not None)
     if client is None:
-        cluster = tree([rank_partial(r, dataset) for r in ranks], merge, fan_in)
+        cluster = tree([rank_partial(r, dataset, layout) for r in ranks], merge, fan_in)
     else:
-        cluster = _on_dask(client, ranks, dataset, fan_in)
+        cluster = _on_dask(client, ranks, dataset, fan_in, layout)
     return write_outputs(output, cluster, ranks)
 
 
-def _on_dask(client: Any, ranks: Sequence[RankDir], dataset: Path, fan_in: int) -> Partial:
+def _on_dask(client: Any, ranks: Sequence[RankDir], dataset: Path, fan_in: int, layout: Layout) -> Partial:
     """Rank tasks, then merges of ``fan_in`` futures at a time, all on the workers."""
-    level = [client.submit(rank_partial, r, dataset, key=f"rank-{r.rank}", pure=False) for r in ranks]
+    level = [client.submit(rank_partial, r, dataset, layout, key=f"rank-{r.rank}", pure=False) for r in ranks]
     depth = 0
     while len(level) > 1:
         depth += 1

@@ -99,6 +99,13 @@ class Profile:
             borrowed = next((d.metadata.host_start for d in self.devices if d.metadata), None)
         return DeviceClock.from_metadata(data_dir.metadata, host_sync=borrowed)
 
+    @property
+    def wall_offset_ns(self) -> int:
+        """Unix ns minus host monotonic ns: the host start_info's, else the first device's (msprof's
+        ``GetLocalTime``, msprof_outputs.md §3.5); 0 without either."""
+        dirs = (self.host, *self.devices)
+        return next((d.metadata.start_info.wall_offset_ns for d in dirs if d and d.metadata), 0)
+
     def framework_clock(self) -> FrameworkClock:
         """torch_npu's conversion: host/info.json, host/host_start.log, the CANN start_info."""
         if self.profiler_info is None:

@@ -188,6 +188,8 @@ TABLES: Mapping[str, pa.Schema] = {
         ("size_bytes", I64),
         ("data_type", DICT),
         ("link_type", DICT),
+        ("master", pa.bool_()),  # on the op's master stream (hccl API type ``master``; msprof isMaster)
+        ("rdma_type", DICT),  # RDMASendNotify / RDMASendPayload (hccl_info rdmaType)
         ("duration_estimated_us", F64),
     ),
     # operator memory (operator_memory.csv): PTA allocator blocks and GE/CANN operator memory

@@ -3,7 +3,9 @@
 The per-op values are msprof's ``--analyze`` communication analysis (msprof_outputs.md §2.10; MSPROF
 ``analysis/msparser/cluster/communication_parser.py``, ``meta_parser.py`` ``HcclAnalysisTool``,
 ``common_func/ms_constant/str_constant.py``); the file layout is torch_npu's re-packaging
-(framework_outputs.md §3.6; ``torch_npu/profiler/analysis/prof_view/_communication_parser.py``):
+(framework_outputs.md §3.6; ``torch_npu/profiler/analysis/prof_view/_communication_parser.py``). The
+cluster files read the same documents (:mod:`profstream.cluster.comm`), so msprof-analyze on a
+torch_npu export and profstream's own cluster analysis agree. The files:
 
 * ``communication.json``: ``{"step<id>": {"p2p": {op: info}, "collective": {op: info}}}``; an op key is
   ``<op name>@<group>``; ``info`` is ``Communication Time Info`` (start µs on the wall clock, times in
@@ -20,9 +22,9 @@ The per-op values are msprof's ``--analyze`` communication analysis (msprof_outp
   op key, else the text before ``__``.
 * Steps: the device's ``framework_steps`` (torch_npu's device step ranges, §4c); with exactly one step
   every op goes to it, otherwise to the first step whose ``[start, end]`` holds the op's start (ops
-  outside every step are dropped); without steps one key ``"step"`` holds everything. The matrix takes
-  an op into the first step whose communication ops include it, or everything into ``"step"`` when no
-  step got any op (torch_npu's quirks, kept).
+  outside every step are dropped, counted and logged); without steps one key ``"step"`` holds
+  everything. The matrix takes an op into the first step whose communication ops include it, or
+  everything into ``"step"`` when no step got any op (torch_npu's quirks, kept).
 
 Integer-or-float: msprof starts every value at the integer 0 and adds floats, so a time with no task
 behind it prints ``0`` and one with tasks ``0.0``; the null times of ``comm_ops`` reproduce that.
@@ -44,6 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from profstream import events
 from profstream.sinks._base import Sink, StagedFile
 
 COMMUNICATION, MATRIX = "communication.json", "communication_matrix.json"
@@ -91,8 +94,8 @@ def _round_ratio(part: Number, whole: Number) -> Number:
     return 0 if whole == 0 else round(part / whole, 4)
 
 
-def _total_ratio(part: Number, whole: Number) -> Number:
-    """torch_npu's ratio of totals: 0 when the divisor is below 1e-15."""
+def total_ratio(part: Number, whole: Number) -> Number:
+    """torch_npu's (and msprof-analyze's) ratio of totals: 0 when the divisor is below 1e-15."""
     return 0 if abs(whole) < 1e-15 else round(part / whole, 4)
 
 
@@ -159,11 +162,12 @@ def bandwidth_info(links: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, An
     return info
 
 
-def _total_op_info(ops: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """torch_npu's ``Total Op Info`` of one p2p/collective group."""
+def total_op_info(infos: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """torch_npu's ``Total Op Info`` of some ops' infos (one p2p/collective group; msprof-analyze
+    totals the ops of a group per rank the same way, then adds each transport's bandwidth)."""
     times: dict[str, Number] = defaultdict(float)
     bandwidth: dict[str, dict[str, Any]] = {}
-    for info in ops.values():
+    for info in infos:
         for key, value in info[TIME].items():
             if key not in (START, WAIT_RATIO, SYNC_RATIO):
                 times[key] += value
@@ -175,8 +179,8 @@ def _total_op_info(ops: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
                 bucket = total[DISTRIBUTION].setdefault(size, [0, 0])
                 bucket[0] += count
                 bucket[1] += ms
-    times[WAIT_RATIO] = _total_ratio(times.get(WAIT, 0), times.get(WAIT, 0) + times.get(TRANSIT, 0))
-    times[SYNC_RATIO] = _total_ratio(times.get(SYNC, 0), times.get(TRANSIT, 0) + times.get(SYNC, 0))
+    times[WAIT_RATIO] = total_ratio(times.get(WAIT, 0), times.get(WAIT, 0) + times.get(TRANSIT, 0))
+    times[SYNC_RATIO] = total_ratio(times.get(SYNC, 0), times.get(TRANSIT, 0) + times.get(SYNC, 0))
     return {TIME: dict(times), BANDWIDTH: bandwidth}
 
 
@@ -241,8 +245,14 @@ def communication(
     """The content of ``communication.json`` for one device (see the module docstring)."""
     ordered, by_op = _ordered(ops), _by_op(_rows(links))
     step_list = _steps(_rows(steps))
+    assigned = _assign(ordered, step_list)
+    dropped = len(ordered) - sum(len(members) for members in assigned)
+    if dropped:
+        events.get_logger(component="sink.communication_json").warning(
+            events.RECORDS_UNMATCHED, ops_outside_steps=dropped
+        )
     out: dict[str, Any] = {}
-    for (key, _, _), members in zip(step_list, _assign(ordered, step_list), strict=True):
+    for (key, _, _), members in zip(step_list, assigned, strict=True):
         infos = {
             op_key(op): {
                 TIME: time_info(op, wall_offset_ns),
@@ -253,7 +263,7 @@ def communication(
         groups = _split_p2p(infos)
         for group in groups.values():
             if group:
-                group[TOTAL] = _total_op_info(group)
+                group[TOTAL] = total_op_info(group.values())
         out[key] = groups
     return out
 
@@ -299,7 +309,7 @@ def _summaries(ops: Mapping[str, Mapping[str, dict[str, Any]]]) -> dict[str, dic
             TRANSPORT: ranked[0][TRANSPORT],
             SIZE: size,
             TRANSIT: ms,
-            BW: _total_ratio(size, ms),
+            BW: total_ratio(size, ms),
         }
         for depth in (2, 3):
             if len(ranked) >= depth:

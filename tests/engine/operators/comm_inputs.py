@@ -48,11 +48,17 @@ def comm_ops(names: tuple[str, ...] = (ALL_REDUCE, SEND)) -> pa.RecordBatch:
     )
 
 
-def comm_tasks(names: tuple[str, ...] = (ALL_REDUCE, SEND), *, master: bool = True) -> pa.RecordBatch:
-    """The ``comm_tasks`` rows of ops ``names`` (in start order), plus a ``master`` column if asked."""
+def comm_tasks(
+    names: tuple[str, ...] = (ALL_REDUCE, SEND),
+    *,
+    master: bool = True,
+    rdma_type: list[str | None] | None = None,
+) -> pa.RecordBatch:
+    """The ``comm_tasks`` rows of ops ``names`` (in start order); the ``master`` flags are null unless
+    asked for, ``rdma_type`` null unless given (one per row)."""
     rows = sorted((t for t in TASKS if t[0] in names), key=lambda t: t[3])
     columns = list(zip(*rows, strict=True)) if rows else [[] for _ in range(11)]
-    batch = conform(
+    return conform(
         TABLES["comm_tasks"],
         {
             "device_id": pa.array([0] * len(rows), pa.int32()),
@@ -67,8 +73,7 @@ def comm_tasks(names: tuple[str, ...] = (ALL_REDUCE, SEND), *, master: bool = Tr
             "transport_type": pa.array(columns[7], pa.string()),
             "size_bytes": pa.array(columns[8], pa.int64()),
             "link_type": pa.array(columns[9], pa.string()),
+            "master": pa.array(columns[10], pa.bool_()) if master else None,
+            "rdma_type": pa.array(rdma_type, pa.string()) if rdma_type is not None else None,
         },
     )
-    if master:
-        batch = batch.append_column("master", pa.array(columns[10], pa.bool_()))
-    return batch

@@ -68,9 +68,12 @@ def table(emits: Iterable[Emit], stream: str | None = None) -> pa.Table | None:
     return result
 
 
-def check_snapshot(make: Callable[[], Operator], steps: Sequence[Step], cut: int) -> None:
-    """Uninterrupted run == run ``steps[:cut]``, snapshot, restore into ``make()``, run the rest; and the
-    restored operator's snapshot is byte-identical to the one it was restored from."""
+def check_snapshot(
+    make: Callable[[], Operator], steps: Sequence[Step], cut: int, streams: Sequence[str | None] = (None,)
+) -> None:
+    """Uninterrupted run == run ``steps[:cut]``, snapshot, restore into ``make()``, run the rest (output
+    compared per stream of ``streams``; None: all output as one table); and the restored operator's
+    snapshot is byte-identical to the one it was restored from."""
     whole = drive(make(), steps)
     first = make()
     before = drive(first, steps[:cut], finish=False)
@@ -79,7 +82,8 @@ def check_snapshot(make: Callable[[], Operator], steps: Sequence[Step], cut: int
     second.restore(blob)
     assert second.snapshot() == blob
     after = drive(second, steps[cut:])
-    expected, got = table(whole), table(before + after)
-    assert (expected is None) == (got is None)
-    if expected is not None and got is not None:
-        assert got.equals(expected)
+    for stream in streams:
+        expected, got = table(whole, stream), table(before + after, stream)
+        assert (expected is None) == (got is None)
+        if expected is not None and got is not None:
+            assert got.equals(expected)

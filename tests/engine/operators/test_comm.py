@@ -144,6 +144,7 @@ def _op_a(node_start: int = 100) -> list[Step]:
                         data_size=1024,
                         transport_type=1,
                         link_type=3,
+                        rdma_type=1,
                         data_type=4,
                         duration_estimated=5,
                     ),
@@ -186,6 +187,13 @@ def test_an_op_spans_its_master_tasks_and_its_tasks_carry_their_infos() -> None:
     ]
     assert set(rows(task_rows, "op_name", "group_name")) == {("hcom_allReduce_0_oup_0_1", "hccl_world_group")}
     assert rows(task_rows, "duration_estimated_us")[2] == (5.0,)
+    # the slave-plane wait is no master task; rdma_type prints through HCCL_RDMA_TYPES (0 = notify)
+    assert rows(task_rows, "master", "rdma_type") == [
+        (False, "RDMASendNotify"),
+        (True, "RDMASendNotify"),
+        (True, "RDMASendPayload"),
+        (True, "RDMASendNotify"),
+    ]
     assert comm.counts["incomplete_ops"] == 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -11,10 +10,9 @@ import pytest
 
 import profstream
 from profstream.engine.operators.comm_analysis import CommAnalysis
-from profstream.engine.runtime import Operator
 from profstream.simulate import SimulationConfig, simulate
 from tests.engine.operators.comm_inputs import ALL_REDUCE, SEND, comm_ops, comm_tasks
-from tests.engine.operators.harness import Step, drive, table
+from tests.engine.operators.harness import Step, check_snapshot, drive, table
 
 
 def _run(tasks: pa.RecordBatch, ops: pa.RecordBatch) -> tuple[list[dict], list[dict]]:
@@ -37,7 +35,7 @@ def test_time_info_follows_msprof_rules() -> None:
     assert send["idle_ns"] == 5000
 
 
-def test_without_master_flags_every_task_counts() -> None:
+def test_null_master_flags_count_as_master_tasks() -> None:
     ops, _ = _run(comm_tasks(master=False), comm_ops())
     assert ops[0]["transit_ns"] == 3000  # the plane-1 copy counts now
     assert ops[0]["idle_ns"] == 4000
@@ -65,10 +63,8 @@ def test_links_per_transport_in_first_transfer_order() -> None:
 
 
 def test_rdma_type_column_decides_payloads() -> None:
-    tasks = comm_tasks((SEND,))
-    payload = ["RDMASendPayload", "RDMASendNotify", "RDMASendNotify", None]
-    tasks = tasks.append_column("rdma_type", pa.array(payload, pa.string()))
-    ops, links = _run(tasks, comm_ops((SEND,)))
+    payload = ["RDMASendPayload", "RDMASendNotify", "RDMASendNotify", "RDMASendNotify"]
+    ops, links = _run(comm_tasks((SEND,), rdma_type=payload), comm_ops((SEND,)))
     # one payload: the group closes at the third task (20300); the Notify_Wait after it is a wait,
     # not a synchronization (a transit came first)
     assert (ops[0]["transit_ns"], ops[0]["wait_ns"], ops[0]["synchronization_ns"]) == (300, 4700, None)
@@ -76,8 +72,8 @@ def test_rdma_type_column_decides_payloads() -> None:
 
 
 def test_payload_group_without_closing_tasks_is_skipped() -> None:
-    tasks = comm_tasks((SEND,)).slice(0, 2)  # two payloads, no closing RDMASend/Notify_Wait
-    tasks = tasks.append_column("rdma_type", pa.array(["RDMASendPayload"] * 2, pa.string()))
+    # two payloads, no closing RDMASend/Notify_Wait
+    tasks = comm_tasks((SEND,), rdma_type=["RDMASendPayload"] * 2 + [None] * 2).slice(0, 2)
     ops, links = _run(tasks, comm_ops((SEND,)))
     assert ops[0]["transit_ns"] is None
     assert links == []
@@ -92,24 +88,6 @@ def test_tasks_without_an_op_are_dropped_and_counted() -> None:
     assert op._counts["tasks_without_op"] == 5
 
 
-def check_round_trip(
-    make: Callable[[], Operator], steps: list[Step], cut: int, streams: tuple[str, ...]
-) -> None:
-    """Per output stream: uninterrupted run == run, snapshot at ``cut``, restore, run the rest."""
-    whole = drive(make(), steps)
-    first = make()
-    before = drive(first, steps[:cut], finish=False)
-    blob = first.snapshot()
-    second = make()
-    second.restore(blob)
-    assert second.snapshot() == blob
-    after = drive(second, steps[cut:])
-    for stream in streams:
-        expected, got = table(whole, stream), table(before + after, stream)
-        assert (expected is None) == (got is None)
-        assert expected is None or got is None or got.equals(expected)
-
-
 def test_snapshot_round_trip() -> None:
     steps: list[Step] = [
         ("comm_tasks@0", comm_tasks((ALL_REDUCE,)), 5),
@@ -118,7 +96,7 @@ def test_snapshot_round_trip() -> None:
         ("comm@0", comm_ops((SEND,)), 20),
     ]
     for cut in range(len(steps) + 1):
-        check_round_trip(lambda: CommAnalysis(0), steps, cut, ("comm_ops@0", "comm_links@0"))
+        check_snapshot(lambda: CommAnalysis(0), steps, cut, ("comm_ops@0", "comm_links@0"))
 
 
 @pytest.fixture(scope="module")

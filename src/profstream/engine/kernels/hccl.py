@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from profstream.engine.kernels._dispatch import BoolArray, Int64Array, flag_column, int_column, kernel
+from profstream.engine.kernels._dispatch import BoolArray, Int64Array, flag_column, inline, int_column, kernel
 
 #: task kinds of the scans: an SDMA copy over an on-chip link is a transfer (the matrix's LOCAL
 #: links) but no transit time
@@ -34,12 +34,15 @@ OTHER, SDMA_COPY, NOTIFY_WAIT, LOCAL_COPY = 0, 1, 2, 3
 JUMP_NO_BARRIER, JUMP_WITH_BARRIER = 3, 5
 
 
-@kernel
-def _payload_run(payload: BoolArray, i: int, stop: int) -> int:
-    n = 0
-    while i + n < stop and payload[i + n]:
-        n += 1
-    return n
+@inline
+def _payload_group(payload: BoolArray, jump: int, i: int, stop: int) -> tuple[int, int]:
+    """The payload group starting at ``i``: how many payloads, and its last task (-1 when the group's
+    closing tasks are missing: msprof skips the payloads)."""
+    run = 0
+    while i + run < stop and payload[i + run]:
+        run += 1
+    last = i + run + jump - 2
+    return run, last if last < stop else -1
 
 
 @kernel
@@ -62,15 +65,14 @@ def _time_kernel(
                 out[0, g] += ends[i] - starts[i]
                 out[1, g] += 1
             if payload[i]:
-                run = _payload_run(payload, i, stop)
-                last = i + run + jumps[g] - 2
-                if last >= stop:
+                run, last = _payload_group(payload, jumps[g], i, stop)
+                if last < 0:
                     i += run
                     continue
                 out[0, g] += ends[last] - starts[i]
                 out[1, g] += 1
                 before_transit = False
-                i += jumps[g] + run - 1
+                i = last + 1
                 continue
             if kind[i] == NOTIFY_WAIT:
                 out[2, g] += ends[i] - starts[i]
@@ -101,14 +103,13 @@ def _transfer_kernel(
                 out[0, n], out[1, n], out[2, n] = i, sizes[i], ends[i] - starts[i]
                 n += 1
             if payload[i]:
-                run = _payload_run(payload, i, stop)
-                last = i + run + jumps[g] - 2
-                if last >= stop:
+                run, last = _payload_group(payload, jumps[g], i, stop)
+                if last < 0:
                     i += run
                     continue
                 out[0, n], out[1, n], out[2, n] = i, sizes[i : i + run].sum(), ends[last] - starts[i]
                 n += 1
-                i += jumps[g] + run - 1
+                i = last + 1
                 continue
             i += 1
     return n

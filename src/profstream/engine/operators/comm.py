@@ -17,7 +17,9 @@ for FFTS+ launches whose device sub-tasks carry those context ids. Choice: each 
 hccl_info of its communication API at or before its own launch (HCCL reports a task's info just
 before launching it); the info names the task (``itemId`` -> ``Notify_Wait``, ``Memcpy``, ...) and gives
 plane, notify id, ranks, transport, size, data type, link type and estimated duration. A task is a
-master-stream task when its communication API's type name is ``master`` (``isMaster``).
+master-stream task when its communication API's type name is ``master`` (``isMaster``); task rows
+carry that flag (``master``) and the info's ``rdma_type``, which the communication analysis
+(:mod:`~profstream.engine.operators.comm_analysis`) needs.
 
 **Device side.** ``tasks@d`` rows of task type ``HCCL`` / ``HCCL_AI_CPU`` join the latest HCCL host
 task with their (stream, task, batch) before their start (the same temporal join as the host join).
@@ -49,7 +51,12 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profstream.codecs.additional import HCCL_DATA_TYPES, HCCL_LINK_TYPES, HCCL_TRANSPORT_TYPES
+from profstream.codecs.additional import (
+    HCCL_DATA_TYPES,
+    HCCL_LINK_TYPES,
+    HCCL_RDMA_TYPES,
+    HCCL_TRANSPORT_TYPES,
+)
 from profstream.engine import schema
 from profstream.engine.operators.api import (
     COMMUNICATION_LEVEL,
@@ -93,6 +100,7 @@ _INFO_FIELDS = (
     ("data_size", I64T),
     ("data_type", I64T),
     ("link_type", I64T),
+    ("rdma_type", I64T),
     ("duration_estimated", F64T),
 )
 _INFOS = pa.schema([("thread_id", I64T), ("time_ns", I64T), ("seq", I64T), *_INFO_FIELDS])
@@ -125,6 +133,7 @@ _HOST = pa.schema(
         ("size_bytes", I64T),
         ("data_type", STR),
         ("link_type", STR),
+        ("rdma_type", STR),
         ("duration_estimated_us", F64T),
     ]
 )
@@ -152,7 +161,6 @@ _OPEN = pa.schema(
         ("iteration", I64T),
         ("key", I64T),
         ("host_ns", I64T),  # the joined host task's launch time
-        ("master", BOOL),
         ("rank_size", I64T),
         ("model_id", I64T),
         ("op_type", STR),
@@ -344,6 +352,7 @@ class Communication(Operator):
             "size_bytes": infos.column("data_size"),
             "data_type": enum("data_type", HCCL_DATA_TYPES),
             "link_type": enum("link_type", HCCL_LINK_TYPES),
+            "rdma_type": enum("rdma_type", HCCL_RDMA_TYPES),
             "duration_estimated_us": infos.column("duration_estimated"),
         }
         described = pa.table(host).select(_HOST.names).cast(_HOST)
@@ -440,7 +449,6 @@ class Communication(Operator):
             "iteration": pa.array(iteration),
             "key": pa.array(keys),
             "host_ns": host.column("time_ns"),
-            "master": host.column("master"),
             "rank_size": host.column("rank_size"),
             "model_id": tasks.column("model_id"),
             "op_type": tasks.column("op_type"),

@@ -27,10 +27,15 @@ Choices:
 * **Time algorithm.** msprof's classic one (sequential sums over the master tasks, idle =
   elapse - transit - wait), which the real torch_npu outputs in realdata/ follow; the newest msprof
   replaced it by an interval partition (one-drop rule) — not done.
-* **Master tasks and RDMA payloads.** ``comm_tasks`` has neither the master flag (``isMaster``) nor
-  the hccl_info ``rdmaType``. If a batch carries a bool ``master`` or a string ``rdma_type`` column they
-  are used; otherwise every task counts as a master task (exact when an op runs on one stream, as in
-  the simulator), and an ``RDMASend`` over RDMA is a payload when the next task of its plane is an
+* **Master tasks.** The time info reads the tasks whose ``master`` flag is set (msprof's
+  ``event.is_master == 1`` in ``op_time_parser``; the flag comes from the type of the HCCL API that
+  launched the task, :mod:`~profstream.engine.operators.comm`). msprof's older parsers took the tasks
+  of ``plane_id == MAIN_STREAM_THREAD_ID`` (0) instead; the current ``communication_parser.py``
+  (both its classic and its interval version) uses ``is_master``, and a plane is no stream, so plane 0
+  is not the rule here. A task with a null flag (data imported from an export, which has no such
+  column) counts as a master task.
+* **RDMA payloads.** From ``rdma_type`` (hccl_info ``rdmaType``, ``RDMASendPayload``); where it is null
+  (imported data), an ``RDMASend`` over RDMA is a payload when the next task of its plane is an
   ``RDMASend`` too (the pattern msprof's older ``determine_rdma`` checked: payloads, then
   ``RDMASend``, ``Notify_Wait``).
 * **Invalid links.** msprof's matrix skips a task with an invalid link before looking for a payload
@@ -93,6 +98,15 @@ def _is(values: pa.Array, wanted: tuple[str, ...]) -> BoolArray:
     """Whether each string is one of ``wanted`` (null: no)."""
     found = pc.is_in(values, value_set=pa.array(wanted, pa.string())).fill_null(False)
     return np.asarray(found.to_numpy(zero_copy_only=False), np.bool_)
+
+
+def _flags(batch: pa.Table, name: str) -> BoolArray:
+    """A bool column as numpy; null (or no such column) is True."""
+    index = batch.schema.get_field_index(name)
+    if index < 0:
+        return np.ones(batch.num_rows, np.bool_)
+    values = batch.column(index).fill_null(True)
+    return np.asarray(values.to_numpy(zero_copy_only=False), np.bool_)
 
 
 def _upper(values: pa.Array) -> pa.Array:
@@ -271,11 +285,7 @@ class CommAnalysis(Operator):
         p2p_flags = np.asarray(p2p.fill_null(False).to_numpy(zero_copy_only=False), np.bool_)
         jumps = np.where(p2p_flags, hccl.JUMP_NO_BARRIER, hccl.JUMP_WITH_BARRIER).astype(np.int64)
 
-        master = np.ones(op.size, np.bool_)
-        if "master" in tasks.schema.names:
-            master = np.asarray(
-                tasks.column("master").fill_null(False).to_numpy(zero_copy_only=False), np.bool_
-            )
+        master = _flags(tasks, "master")
         offsets = np.searchsorted(op[master], np.arange(ops.num_rows + 1)).astype(np.int64)
         times = hccl.time_scan(offsets, jumps, kind[master], payload[master], start[master], end[master])
 
@@ -302,15 +312,15 @@ class CommAnalysis(Operator):
     def _payloads(
         tasks: pa.Table, names: pa.Array, transport: pa.Array, op: Int64Array, planes: Int64Array
     ) -> BoolArray:
-        """RDMA payload sends: from ``rdma_type`` when present, else by the task pattern."""
-        if tasks.schema.get_field_index("rdma_type") >= 0:
-            return _is(_texts(tasks, "rdma_type"), PAYLOAD_TYPES)
+        """RDMA payload sends: from ``rdma_type``, by the task pattern where it is null."""
+        rdma_type = _texts(tasks, "rdma_type")
         send = _is(names, (RDMA_SEND,)) & _is(transport, ("RDMA",))
         by_plane = np.lexsort((np.arange(op.size), planes, op))
         same = (op[by_plane][1:] == op[by_plane][:-1]) & (planes[by_plane][1:] == planes[by_plane][:-1])
-        payload = np.zeros(op.size, np.bool_)
-        payload[by_plane[:-1]] = send[by_plane[:-1]] & same & send[by_plane[1:]]
-        return payload
+        pattern = np.zeros(op.size, np.bool_)
+        pattern[by_plane[:-1]] = send[by_plane[:-1]] & same & send[by_plane[1:]]
+        known = np.asarray(rdma_type.is_valid().to_numpy(zero_copy_only=False), np.bool_)
+        return np.where(known, _is(rdma_type, PAYLOAD_TYPES), pattern)
 
     def _op_rows(self, ops: pa.Table, times: Int64Array) -> pa.RecordBatch:
         transit, wait, sync = times[0], times[2], times[4]
