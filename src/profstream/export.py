@@ -405,15 +405,20 @@ def _window(
 
 
 def _profiler_info(collection: discovery.Profile, base: Path) -> list[Path]:
-    """profiler_info[_<rank>].json beside ASCEND_PROFILER_OUTPUT: torch_npu tools (msprof-analyze)
-    find a rank and its id by this file's name (framework_outputs.md §3.8)."""
+    """profiler_info[_<rank>].json (and profiler_metadata.json) beside ASCEND_PROFILER_OUTPUT:
+    torch_npu tools (msprof-analyze) find a rank and its id by this file's name
+    (framework_outputs.md §3.8)."""
     source = collection.profiler_info_path
     if source is not None and source.parent == base:
         return []
     if source is not None:
-        target = base / source.name
-        shutil.copyfile(source, target)
-        return [target]
+        copied = []
+        # profiler_metadata.json names the parallel groups (msprof-analyze's cluster stages)
+        for found in (source, source.parent / "profiler_metadata.json"):
+            if found.is_file():
+                copied.append(base / found.name)
+                shutil.copyfile(found, copied[-1])
+        return copied
     rank = next(
         (d.metadata.info.rank_id for d in (collection.host, *collection.devices) if d and d.metadata), -1
     )

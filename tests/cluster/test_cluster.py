@@ -21,6 +21,7 @@ FILES = (
     "cluster_step_trace_time.csv",
     "cluster_communication.json",
     "cluster_communication_matrix.json",
+    "communication_group.json",
     "slow_rank.json",
 )
 RANKS = 3
@@ -86,6 +87,11 @@ def test_communication_files_cover_every_rank(sequential: Path) -> None:
     matrix = json.loads((sequential / FILES[2]).read_text())
     links = {link for step in matrix[world].values() for op in step.values() for link in op}
     assert links == {f"{r}-{(r + 1) % RANKS}" for r in range(RANKS)}  # the simulator's ring
+    groups = json.loads((sequential / "communication_group.json").read_text())
+    assert (groups["collective"], groups["p2p"]) == ([list(range(RANKS))], [])  # no p2p group: no stage rows
+    assert [(g["group_name"], g["pg_name"]) for g in groups["comm_group_parallel_info"]] == [
+        ("hccl_world_group", "")
+    ]
 
 
 def test_dataset_has_a_rank_column(sequential: Path) -> None:

@@ -2,9 +2,10 @@
 
 * ``cluster_step_trace_time.csv`` (MPA ``analysis/step_trace_time_analysis.py``): header ``Step,
   Type, Index`` + the step_trace_time columns without ``Step``/``Device_id``; one ``rank`` row per
-  (rank, step), values in µs. Stage rows (``stage``, max over the ranks of a stage) need the PP
-  groups' names from ``profiler_metadata.json`` (``parallel_group_info``); without them
-  msprof-analyze writes none, and neither does profstream.
+  (rank, step), values in µs, then the ``stage`` rows (max over the ranks of a stage per step) of the
+  stages :mod:`.stages` finds.
+* ``communication_group.json`` (MPA ``communication_group/communication_json_group.py``): the ranks of
+  each collective and p2p group and ``comm_group_parallel_info`` (:mod:`.stages`).
 * ``cluster_communication.json`` (MPA ``analysis/communication_analysis.py``, ``base_analysis.py``):
   ``{"(r0, r1, ...)": {step: {op@group: {rank: info}, "Total Op Info@group": {rank: total}}}}`` where
   the key is the group's rank set; a total sums the time fields (ratios recomputed) and, per
@@ -41,6 +42,13 @@ import pyarrow.dataset as ds
 from profstream import events
 from profstream.cluster.rank import COMM_OPS_TABLE, STEP_COLUMNS
 from profstream.cluster.reduce import Partial
+from profstream.cluster.stages import (
+    COMMUNICATION_GROUP_JSON,
+    comm_groups,
+    communication_group_json,
+    find_stages,
+    stage_rows,
+)
 from profstream.sinks._base import StagedFile
 from profstream.sinks.communication_json import (
     BANDWIDTH,
@@ -60,17 +68,25 @@ MATRIX_JSON = "cluster_communication_matrix.json"
 
 
 def write_step_trace(directory: Path, cluster: Partial) -> Path:
-    """``cluster_step_trace_time.csv``: one ``rank`` row per (rank, step)."""
+    """``cluster_step_trace_time.csv``: one ``rank`` row per (rank, step), then the ``stage`` rows."""
     staged = StagedFile(directory, STEP_TRACE_CSV)
-    text = _TextFile(staged)
-    writer = csv.writer(text, lineterminator="\n")
+    writer = csv.writer(_TextFile(staged), lineterminator="\n")
     writer.writerow(["Step", "Type", "Index", *(name for name, _ in STEP_COLUMNS)])
-    columns = [cluster.steps[name].to_pylist() for name, _ in STEP_COLUMNS]
-    for i, (rank, step) in enumerate(
-        zip(cluster.steps["rank"].to_pylist(), cluster.steps["step"].to_pylist(), strict=True)
-    ):
-        writer.writerow(["" if step is None else step, "rank", rank, *(c[i] for c in columns)])
+    stages = find_stages(comm_groups(cluster.groups, cluster.described()))
+    for kind, rows in (("rank", cluster.steps), ("stage", stage_rows(cluster.steps, stages))):
+        columns = [rows[name].to_pylist() for name, _ in STEP_COLUMNS]
+        index = rows[kind if kind == "rank" else "index"].to_pylist()
+        for i, step in enumerate(rows["step"].to_pylist()):
+            writer.writerow(["" if step is None else step, kind, index[i], *(c[i] for c in columns)])
     return staged.commit(STEP_TRACE_CSV)
+
+
+def write_communication_group(directory: Path, cluster: Partial) -> Path:
+    """``communication_group.json``: the communication groups and their parallel_group_info names."""
+    body = communication_group_json(comm_groups(cluster.groups, cluster.described()))
+    staged = StagedFile(directory, COMMUNICATION_GROUP_JSON)
+    staged.write(json.dumps(body).encode())
+    return staged.commit(COMMUNICATION_GROUP_JSON)
 
 
 class _TextFile:

@@ -5,8 +5,9 @@ pipeline over all tables for raw data; :func:`~profstream.engine.imports.open_ex
 into the cluster dataset ``{dataset}/{table}/rank={rank}/part-0.parquet`` (hive partitioning: readers
 see a ``rank`` column), and returns a :class:`RankResult` that holds only what the cluster files need
 from it: the rank's ``step_trace_time`` rows and its ``communication_matrix`` rows (both a few per
-step). The rank's ``communication.json`` entries (one per communication op) are written to the
-dataset table ``comm_op_info`` instead of being returned, so that the reduction never carries them; the
+step) and the ``parallel_group_info`` of its ``profiler_metadata.json`` (one entry per group). The
+rank's ``communication.json`` entries (one per communication op) are written to the dataset table
+``comm_op_info`` instead of being returned, so that the reduction never carries them; the
 ``cluster_communication.json`` writer reads them back group by group.
 
 Communication: the engine's own analysis (``comm_ops`` / ``comm_links``, rendered by
@@ -29,6 +30,7 @@ import pyarrow.compute as pc
 
 from profstream.cluster import comm as comm_analysis
 from profstream.cluster.discovery import EXPORT_DIRS, RankDir
+from profstream.cluster.stages import ParallelGroup, read_parallel_groups
 from profstream.engine import discovery
 from profstream.engine.schema import TABLES, conform, tasks_schema
 from profstream.sinks.parquet import ParquetSink
@@ -69,6 +71,7 @@ class RankResult:
     matrix: pa.Table  # MATRIX_SCHEMA
     groups: tuple[tuple[str, str], ...]  # (kind, group) of every communication group the rank is in
     comm_ops: int  # rows written to the comm_op_info dataset table
+    parallel_groups: tuple[ParallelGroup, ...] = ()  # profiler_metadata.json parallel_group_info
 
 
 def analyse_rank(rank_dir: RankDir, dataset: Path) -> RankResult:
@@ -96,6 +99,7 @@ def analyse_rank(rank_dir: RankDir, dataset: Path) -> RankResult:
         matrix=_with_rank(rank_dir.rank, matrix, MATRIX_SCHEMA),
         groups=tuple(sorted({(kind, group) for kind, _, group in (g.partition("\n") for g in groups)})),
         comm_ops=ops.num_rows,
+        parallel_groups=read_parallel_groups(rank_dir.path),
     )
 
 

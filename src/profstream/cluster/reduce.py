@@ -13,7 +13,9 @@ small:
 * ``self_links``: (group, local rank, rank) for every ``i-i`` link, which maps local ranks to
   global ones;
 * ``groups``: the ranks of each (kind, group) — the communication groups of msprof-analyze
-  (``collective_group_dict`` / ``p2p_group_dict``).
+  (``collective_group_dict`` / ``p2p_group_dict``);
+* ``parallel_groups``: group name -> (rank, entry) of the lowest rank whose ``profiler_metadata.json``
+  describes the group (msprof-analyze keeps the first rank's entry), one per group.
 
 The per-op communication entries are not in a partial: they stay in the rank's Parquet partition.
 """
@@ -28,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream.cluster.rank import MATRIX_SCHEMA, STEP_SCHEMA, RankResult, concat
+from profstream.cluster.stages import ParallelGroup
 
 MATRIX_KEYS = ("step", "kind", "op", "group", "src", "dst")
 #: the reduced matrix: link sums without the reporting rank
@@ -57,6 +60,11 @@ class Partial:
     self_links: pa.Table  # SELF_LINK_SCHEMA
     groups: dict[tuple[str, str], frozenset[int]]
     comm_ops: int
+    parallel_groups: dict[str, tuple[int, ParallelGroup]]
+
+    def described(self) -> dict[str, ParallelGroup]:
+        """Group name -> its ``parallel_group_info`` entry."""
+        return {group: entry for group, (_, entry) in self.parallel_groups.items()}
 
 
 def from_rank(result: RankResult) -> Partial:
@@ -73,6 +81,7 @@ def from_rank(result: RankResult) -> Partial:
         self_links=self_links.cast(SELF_LINK_SCHEMA),
         groups={group: frozenset([result.rank]) for group in result.groups},
         comm_ops=result.comm_ops,
+        parallel_groups={entry.group: (result.rank, entry) for entry in reversed(result.parallel_groups)},
     )
 
 
@@ -84,9 +93,13 @@ def merge(*parts: Partial) -> Partial:
         msg = f"rank results overlap: {ranks}"
         raise ValueError(msg)
     groups: dict[tuple[str, str], frozenset[int]] = {}
+    described: dict[str, tuple[int, ParallelGroup]] = {}
     for part in parts:
         for group, members in part.groups.items():
             groups[group] = groups.get(group, frozenset()) | members
+        for name, (rank, entry) in part.parallel_groups.items():
+            if name not in described or rank < described[name][0]:
+                described[name] = (rank, entry)
     steps = concat((p.steps for p in parts), STEP_SCHEMA)
     return Partial(
         ranks=ranks,
@@ -95,6 +108,7 @@ def merge(*parts: Partial) -> Partial:
         self_links=concat((p.self_links for p in parts), SELF_LINK_SCHEMA),
         groups=dict(sorted(groups.items())),
         comm_ops=sum(p.comm_ops for p in parts),
+        parallel_groups=dict(sorted(described.items())),
     )
 
 

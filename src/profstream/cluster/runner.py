@@ -7,7 +7,7 @@ scheduler or client, ever holds more than ``fan_in`` partials at once; only the 
 client, which writes the files. Without a client the same functions run in this process, in the same
 tree: the two give identical files (tests/cluster check it).
 
-Outputs under ``output``: the three msprof-analyze files (:mod:`.outputs`), ``slow_rank.json``
+Outputs under ``output``: the four msprof-analyze files (:mod:`.outputs`), ``slow_rank.json``
 (:mod:`.slow_rank`) and the Parquet dataset ``parquet/{table}/rank={rank}/part-0.parquet``. With
 ``layout`` ``msprof`` or ``torch_npu`` every raw rank is also exported in that layout (timeline and
 summary, :func:`profstream.export.export`) to ``ranks/rank{rank}/``, in the same rank task: one more
@@ -100,6 +100,7 @@ def write_outputs(output: Path, cluster: Partial, ranks: Sequence[RankDir]) -> C
         outputs.write_step_trace(output, cluster),
         outputs.write_communication(output, cluster, output / DATASET_DIR),
         outputs.write_matrix(output, cluster),
+        outputs.write_communication_group(output, cluster),
         outputs.write_json(output / SLOW_RANK_JSON, report),
     )
     log = events.get_logger(component="cluster", output=str(output))

@@ -721,6 +721,7 @@ class MemoryEvents:
     addr: I64
     size: I64
     op: I64  # op in whose context the event happens
+    owner: I64  # op whose output it is (GE reports a release under the node that allocated it)
     carried: npt.NDArray[np.bool_]
 
 
@@ -748,13 +749,22 @@ def memory_events(chunk: Chunk, t: Template) -> MemoryEvents:
                 np.tile(t.op_addr[owner], steps),
                 np.tile(sign * t.op_bytes[owner], steps),
                 np.tile(context, steps),
+                np.tile(owner, steps),
                 np.full(steps * len(owner), carry),
             )
         )
-    acl_time, py_time, addr, size, op, carry_flag = (np.concatenate(x) for x in zip(*parts, strict=True))
+    acl_time, py_time, addr, size, op, owner_op, carry_flag = (
+        np.concatenate(x) for x in zip(*parts, strict=True)
+    )
     order = np.argsort(acl_time, kind="stable")
     return MemoryEvents(
-        acl_time[order], py_time[order], addr[order], size[order], op[order], carry_flag[order]
+        acl_time[order],
+        py_time[order],
+        addr[order],
+        size[order],
+        op[order],
+        owner_op[order],
+        carry_flag[order],
     )
 
 
@@ -768,7 +778,7 @@ def _task_memory(chunk: Chunk, ctx: DeviceContext) -> Rows:
     columns = _header(NODE, NODE_TASK_MEMORY, ctx.acl_tid, LEN_MEMORY, ctx.host.to_host_cnt(mem.acl_time)) | {
         "addr": mem.addr,
         "size": mem.size,
-        "node_id_hash": ctx.names.op_name[mem.op],
+        "node_id_hash": ctx.names.op_name[mem.owner],
         "total_allocate_memory": total,
         "total_reserve_memory": reserve,
         "device_id": np.full(len(total), ctx.device_id),

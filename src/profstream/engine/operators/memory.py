@@ -91,6 +91,7 @@ from profstream.engine.operators._state import (
     pack_keyed,
     pick,
     rows,
+    split_before,
     take,
     unpack_keyed,
 )
@@ -466,11 +467,12 @@ class Memory(Operator):
 
     def _take(self, attribute: str, until: int) -> Columns:
         """Remove and return the records before ``until``, in (time, arrival) order."""
-        table: Columns = getattr(self, attribute)
-        ready = table["time"] < until
-        setattr(self, attribute, take(table, ~ready))
-        picked = take(table, ready)
-        return take(picked, np.lexsort((picked["seq"], picked["time"])))
+        picked, rest = split_before(getattr(self, attribute), getattr(self, attribute)["time"], until)
+        setattr(self, attribute, rest)
+        order = np.lexsort((picked["seq"], picked["time"]))
+        if bool(np.all(order[1:] > order[:-1])):  # already in order: keep the views
+            return picked
+        return take(picked, order)
 
     def _memory_rows(self, pta: Columns, ge: Columns, *, final: bool) -> pa.RecordBatch:
         parts = [self._pta_rows(pta, final=final), self._ge_rows(ge, final=final)]
