@@ -287,8 +287,16 @@ def thawed(value: pa.Table, table_schema: pa.Schema) -> pa.Table:
     return value.cast(table_schema) if value.num_rows else empty(table_schema)
 
 
+#: chunks a state table may collect before ``append`` combines them: reading a column of a chunked
+#: table copies it, and state columns are read on every advance
+MAX_CHUNKS = 8
+
+
 def append(table: pa.Table, rows: pa.Table) -> pa.Table:
-    return pa.concat_tables([table, rows.select(table.schema.names).cast(table.schema)])
+    joined = pa.concat_tables([table, rows.select(table.schema.names).cast(table.schema)])
+    if joined.num_rows and joined.column(0).num_chunks > MAX_CHUNKS:
+        return joined.combine_chunks()
+    return joined
 
 
 def column(table: pa.Table | pa.RecordBatch, name: str, dtype: npt.DTypeLike = np.int64) -> Array:

@@ -156,6 +156,8 @@ TENSOR_COLUMNS = (
 OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
 #: the levels of the host tree, as small codes in the API state
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
+#: dead settled rows tolerated before compaction (see ``_Settled``)
+EVICT_COMPACT_ROWS = 1 << 16
 
 I64T, U64T, STR = pa.int64(), pa.uint64(), pa.string()
 _LAUNCHES = pa.schema(
@@ -419,6 +421,7 @@ class HostJoin(Operator):
         self._device = empty(self._device_schema)
         self._launches = empty(_LAUNCHES)
         self._described = empty(_DESCRIBED)
+        self._settled = _Settled()
         self._apis = ApiTree(TREE_LEVELS)
         self._basic = empty(_BASIC)
         self._tensors = empty(_TENSORS)
@@ -644,33 +647,33 @@ class HostJoin(Operator):
         tasks = self._device.filter(pa.array(ready))
         self._device = self._device.filter(pa.array(~ready))
         tasks = tasks.take(pa.array(np.argsort(column(tasks, "start_ns"), kind="stable")))
-        keys = task_key(column(tasks, "stream_id"), column(tasks, "task_id"), column(tasks, "batch_id"))
+        stream, task = column(tasks, "stream_id"), column(tasks, "task_id")
+        keys = task_key(stream, task, column(tasks, "batch_id"))
         found = latest_before(
             column(self._described, "key"),
             column(self._described, "time_ns"),
             keys,
             column(tasks, "start_ns"),
         )
-        self.counts["unjoined_tasks"] += int((found < 0).sum())
-        host = self._described.take(pa.array(found, mask=found < 0))
+        # a launch settled by eviction is older than any task still to join (see _evict)
+        settled = np.where(found < 0, self._settled.find(stream, task, keys), -1)
+        self.counts["unjoined_tasks"] += int(((found < 0) & (settled < 0)).sum())
+        recent = self._described.take(pa.array(found, mask=found < 0))
+        older = self._settled.rows.take(pa.array(settled, mask=settled < 0))
+        use_older = pa.array(settled >= 0)
         columns = {name: tasks.column(name) for name in self._device_schema.names}
-        columns |= {name: host.column(name) for name in HOST_COLUMNS}
+        columns |= {
+            name: pc.if_else(use_older, older.column(name), recent.column(name)) for name in HOST_COLUMNS
+        }
         return [(self.outputs[0], schema.conform(self._out_schema, columns))]
 
     def _evict(self, joined_until: int, located: int) -> None:
         """Drop state no launch or device task can need any more (see the module docstring)."""
         self._evicted_at = (joined_until, located)
-        times = column(self._described, "time_ns")
-        old = times < joined_until
+        old = column(self._described, "time_ns") < joined_until
         if old.any():
-            stream, task = column(self._described, "stream_id"), column(self._described, "task_id")
-            order = np.lexsort((times, task, stream))
-            newest = np.ones(len(order), np.bool_)
-            newest[:-1] = (stream[order][1:] != stream[order][:-1]) | (task[order][1:] != task[order][:-1])
-            newest[:-1] |= ~old[order][1:]  # a later row that is not old keeps this one's successor role
-            keep = np.zeros(len(order), np.bool_)
-            keep[order] = newest | ~old[order]
-            self._described = self._described.filter(pa.array(keep))
+            self._settled.add(self._described.filter(pa.array(old)))
+            self._described = self._described.filter(pa.array(~old))
         pending = column(self._launches, "time_ns")
         cutoff = min(located, int(pending.min())) if len(pending) else located
         self._basic = self._keep_records(self._basic, cutoff, located, "node_info_outside_apis")
@@ -698,6 +701,7 @@ class HostJoin(Operator):
                 "device": frozen(self._device),
                 "launches": frozen(self._launches),
                 "described": frozen(self._described),
+                "settled": frozen(self._settled.live()),
                 "apis": frozen(self._apis.rows),
                 "basic": frozen(self._basic),
                 "tensors": frozen(self._tensors),
@@ -713,6 +717,8 @@ class HostJoin(Operator):
         self._device = thawed(doc["device"], self._device_schema)
         self._launches = thawed(doc["launches"], _LAUNCHES)
         self._described = thawed(doc["described"], _DESCRIBED)
+        self._settled = _Settled()
+        self._settled.add(thawed(doc["settled"], _DESCRIBED))
         self._apis = ApiTree(TREE_LEVELS, thawed(doc["apis"], API_STATE))
         self._basic = thawed(doc["basic"], _BASIC)
         self._tensors = thawed(doc["tensors"], _TENSORS)
@@ -720,6 +726,58 @@ class HostJoin(Operator):
         self._seq = int(doc["seq"])
         self._evicted_at = (int(doc["evicted_at"][0]), int(doc["evicted_at"][1]))
         self.counts = {k: int(v) for k, v in doc["counts"].items()}
+
+
+class _Settled:
+    """The newest described launch of each (stream, task) that is older than every task still to join.
+
+    Only that one can still be the latest launch before a later task of its key, so eviction keeps it
+    here: rows are appended, a sorted index of (stream, task) pairs points at the live one of each
+    pair, and dead rows are compacted away once they outnumber the live ones. Eviction and lookup cost
+    the rows they touch plus a search, not a sort of everything kept (which made the join quadratic).
+    """
+
+    def __init__(self) -> None:
+        self.rows = empty(_DESCRIBED)
+        self._pairs = np.empty(0, np.int64)  # sorted (stream << 32 | task)
+        self._at = np.empty(0, np.int64)  # the row of each pair
+
+    def add(self, described: pa.Table) -> None:
+        """Settle rows (all older than any task to come): per pair the newest one replaces the kept one."""
+        if not described.num_rows:
+            return
+        stream, task = column(described, "stream_id"), column(described, "task_id")
+        order = np.lexsort((column(described, "time_ns"), task, stream))
+        pairs = (stream[order] << 32) | task[order]
+        newest = np.r_[pairs[1:] != pairs[:-1], True]
+        chosen, pairs = order[newest], pairs[newest]
+        base = self.rows.num_rows
+        self.rows = append(self.rows, described.take(pa.array(chosen)))
+        at = base + np.arange(len(chosen), dtype=np.int64)
+        where = np.searchsorted(self._pairs, pairs)
+        known = where < len(self._pairs)
+        known[known] = self._pairs[where[known]] == pairs[known]
+        self._at[where[known]] = at[known]
+        self._pairs = np.insert(self._pairs, where[~known], pairs[~known])
+        self._at = np.insert(self._at, where[~known], at[~known])
+        if self.rows.num_rows > 2 * len(self._pairs) + EVICT_COMPACT_ROWS:
+            self.rows = self.rows.take(pa.array(self._at)).combine_chunks()
+            self._at = np.arange(len(self._pairs), dtype=np.int64)
+
+    def find(self, stream: I64, task: I64, keys: I64) -> I64:
+        """The row of each query's pair whose full key (with the batch id) matches, else -1."""
+        if not len(self._pairs):
+            return np.full(len(keys), -1, np.int64)
+        pairs = (np.asarray(stream, np.int64) << 32) | np.asarray(task, np.int64)
+        where = np.minimum(np.searchsorted(self._pairs, pairs), len(self._pairs) - 1)
+        row = np.where(self._pairs[where] == pairs, self._at[where], -1)
+        same = row >= 0
+        same[same] = column(self.rows, "key")[row[same]] == keys[same]
+        return np.where(same, row, -1)
+
+    def live(self) -> pa.Table:
+        """The kept rows in pair order (the same rows give the same snapshot)."""
+        return self.rows.take(pa.array(self._at))
 
 
 def _lookup(values: pa.Array, names: Sequence[str]) -> I64:
