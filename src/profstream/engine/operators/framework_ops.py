@@ -374,13 +374,23 @@ class FrameworkOps(Operator):
 
     def _take_ready(self, until: int) -> pa.Table:
         """Remove and return the window's events that start before ``until``, in emission order."""
-        window = pa.Table.from_batches(self._pending, _PENDING).combine_chunks()
-        starts = window.column("start_ns").to_numpy()
-        ready = starts < until
-        rest = window.filter(pa.array(~ready))
-        self._pending = rest.to_batches()
-        self._pending_min = int(starts[~ready].min()) if rest.num_rows else DONE
-        picked = window.filter(pa.array(ready))
+        # only the batches holding a ready event are split; the others stay as they are, so an emit
+        # costs the batches it touches, not the whole reorder window
+        kept: list[pa.RecordBatch] = []
+        taken: list[pa.RecordBatch] = []
+        for batch in self._pending:
+            starts = batch.column("start_ns").to_numpy()
+            ready = starts < until
+            if not ready.any():
+                kept.append(batch)
+            elif ready.all():
+                taken.append(batch)
+            else:
+                taken.append(batch.filter(pa.array(ready)))
+                kept.append(batch.filter(pa.array(~ready)))
+        self._pending = kept
+        self._pending_min = min((int(pc.min(b.column("start_ns")).as_py()) for b in kept), default=DONE)
+        picked = pa.Table.from_batches(taken, _PENDING).combine_chunks()
         order = np.lexsort(
             (
                 picked.column("arrival").to_numpy(),
