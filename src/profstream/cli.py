@@ -58,6 +58,21 @@ def _int_in(low: int, high: int | None, what: str) -> Callable[[str], int]:
     return parse
 
 
+def _positive(what: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            msg = f"{what} must be a number, got {text!r}"
+            raise argparse.ArgumentTypeError(msg) from None
+        if not value > 0:
+            msg = f"{what} must be > 0, got {text}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    return parse
+
+
 def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """Options accepted both before and after the sub-command."""
     default: Any = None if top else argparse.SUPPRESS
@@ -159,6 +174,24 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="keep adding steps until about MB of raw data",
     )
+    simulate.add_argument(
+        "--live", action="store_true", help="write over time, slice by slice, as the collector does"
+    )
+    simulate.add_argument(
+        "--rate", type=_positive("--rate"), metavar="MB/S", help="live: raw data rate (default 1)"
+    )
+    simulate.add_argument(
+        "--duration",
+        type=_positive("--duration"),
+        metavar="S",
+        help="live: about S seconds (rate * S MB)",
+    )
+    simulate.add_argument(
+        "--storage-limit",
+        type=_int_in(21, 4294967295, "--storage-limit"),
+        metavar="MB",
+        help="live: age the oldest slices as the collector's storage_limit does",
+    )
 
     demo = commands.add_parser("demo", parents=[common], help="simulate a small run and analyse it")
     demo.add_argument(
@@ -189,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--profiling-options", metavar="JSON", help="a PROFILING_OPTIONS JSON string")
     validate.add_argument("--ms-profiler-options", metavar="JSON", help="an MS_PROFILER_OPTIONS JSON string")
     return parser
+
+
+def _check_simulate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """--rate, --duration and --storage-limit describe a live run: refuse them without --live."""
+    flags = {"--rate": args.rate, "--duration": args.duration, "--storage-limit": args.storage_limit}
+    live_only = [flag for flag, value in flags.items() if value is not None]
+    if live_only and not args.live:
+        parser.error(f"{', '.join(live_only)} only apply with --live")
 
 
 def _msprof_binary_form(argv: Sequence[str]) -> argparse.Namespace | None:
@@ -255,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         if args.command == "export":
             _check_export(args, parser)
+        if args.command == "simulate":
+            _check_simulate(args, parser)
     except _UsageError as exc:
         exc.parser.print_usage(sys.stderr)
         print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from profstream.config import Settings
 
 EXIT_OK = 0
+DEFAULT_LIVE_RATE_MB_S = 1.0
 
 
 def _human(n: float) -> str:
@@ -148,13 +149,27 @@ def _simulation_config(args: argparse.Namespace) -> Any:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
-    """Write a synthetic PROF_XXX directory (and optionally its ground truth)."""
-    from profstream.simulate import simulate
+    """Write a synthetic PROF_XXX directory (and optionally its ground truth), at once or live."""
+    from profstream.simulate import live, simulate
 
     started = time.perf_counter()
-    result = simulate(_simulation_config(args), Path(args.out), truth_dir=args.truth)
+    aged: tuple[Path, ...] = ()
+    if args.live:
+        outcome = live(
+            _simulation_config(args),
+            Path(args.out),
+            args.rate or DEFAULT_LIVE_RATE_MB_S,
+            duration_s=args.duration,
+            storage_limit_mb=args.storage_limit,
+            truth_dir=args.truth,
+        )
+        result, aged = outcome.simulation, outcome.aged
+    else:
+        result = simulate(_simulation_config(args), Path(args.out), truth_dir=args.truth)
     took = time.perf_counter() - started
     print(f"wrote {_human(result.bytes)} of raw data in {took:.2f} s to {args.out}")
+    if aged:
+        print(f"  aged {len(aged)} slices under --storage-limit {args.storage_limit} MB")
     for path in result.roots:
         print(f"  {path}")
     return EXIT_OK

@@ -12,13 +12,15 @@ boundaries and slices end slightly above ``slice_bytes``. Control files are
 written whole with a ``.done`` holding only ``filesize:<bytes>``.
 
 The writers are incremental (every ``write`` appends and may roll), so a live
-simulation can drive them over time; memory stays bounded by one chunk.
+simulation can drive them over time through a :class:`WriteObserver` (told of
+every chunk and every completed slice); memory stays bounded by one chunk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -42,6 +44,16 @@ def write_control(path: Path, text: str) -> int:
     return len(data)
 
 
+class WriteObserver(Protocol):
+    """Told of every chunk a writer appends and every slice it completes (the live simulator)."""
+
+    def wrote(self, nbytes: int) -> None:
+        """``nbytes`` were just appended to a raw file."""
+
+    def completed(self, path: Path, size: int) -> None:
+        """Slice ``path`` (``size`` bytes) is complete and its ``.done`` written."""
+
+
 @dataclass
 class SliceWriter:
     """One raw stream ``<directory>/<name>.slice_<n>``, rolled at ``slice_bytes``.
@@ -53,6 +65,7 @@ class SliceWriter:
     name: str
     slice_bytes: int
     seed: int
+    observer: WriteObserver | None = None
     slices: list[Path] = field(default_factory=list)
     total_bytes: int = 0
     _size: int = 0  # bytes in the open slice
@@ -83,6 +96,8 @@ class SliceWriter:
             self._size += len(piece)
             self.total_bytes += len(piece)
             self._end_ns = end_ns
+            if self.observer is not None:
+                self.observer.wrote(len(piece))
             if self._size >= self.slice_bytes:
                 self._finish()
 
@@ -94,6 +109,8 @@ class SliceWriter:
     def _finish(self) -> None:
         Path(f"{self.slices[-1]}.done").write_text(done_text(self._size, self._start_ns, self._end_ns))
         self._open = False
+        if self.observer is not None:
+            self.observer.completed(self.slices[-1], self._size)
 
 
 @dataclass
@@ -101,6 +118,7 @@ class PlainWriter:
     """A stream appended to one file without slicing or markers (torch_npu's FRAMEWORK files)."""
 
     path: Path
+    observer: WriteObserver | None = None
     total_bytes: int = 0
 
     @property
@@ -112,6 +130,8 @@ class PlainWriter:
         with self.path.open("ab") as out:
             out.write(data)
         self.total_bytes += len(data)
+        if self.observer is not None:
+            self.observer.wrote(len(data))
 
     def close(self) -> None:
         """Nothing to finish: the DataDumper writes no marker files."""

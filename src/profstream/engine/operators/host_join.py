@@ -658,13 +658,18 @@ class HostJoin(Operator):
         # a launch settled by eviction is older than any task still to join (see _evict)
         settled = np.where(found < 0, self._settled.find(stream, task, keys), -1)
         self.counts["unjoined_tasks"] += int(((found < 0) & (settled < 0)).sum())
-        recent = self._described.take(pa.array(found, mask=found < 0))
-        older = self._settled.rows.take(pa.array(settled, mask=settled < 0))
-        use_older = pa.array(settled >= 0)
         columns = {name: tasks.column(name) for name in self._device_schema.names}
-        columns |= {
-            name: pc.if_else(use_older, older.column(name), recent.column(name)) for name in HOST_COLUMNS
-        }
+        older = settled >= 0
+        if not older.any():
+            host = self._described.take(pa.array(found, mask=found < 0))
+        elif older.all():
+            host = self._settled.rows.take(pa.array(settled))
+        else:
+            recent = self._described.take(pa.array(found, mask=found < 0))
+            oldest = self._settled.rows.take(pa.array(settled, mask=~older))
+            use = pa.array(older)
+            host = pa.table({n: pc.if_else(use, oldest.column(n), recent.column(n)) for n in HOST_COLUMNS})
+        columns |= {name: host.column(name) for name in HOST_COLUMNS}
         return [(self.outputs[0], schema.conform(self._out_schema, columns))]
 
     def _evict(self, joined_until: int, located: int) -> None:
