@@ -32,6 +32,7 @@ from profstream.cluster import comm as comm_analysis
 from profstream.cluster.discovery import EXPORT_DIRS, RankDir
 from profstream.cluster.stages import ParallelGroup, read_parallel_groups
 from profstream.engine import discovery
+from profstream.engine.layouts.torch_npu import STEP_TIME_COLUMNS
 from profstream.engine.schema import TABLES, conform, tasks_schema
 from profstream.sinks.parquet import ParquetSink
 
@@ -43,18 +44,8 @@ KEPT = ("step_time", "framework_steps", "comm_ops", "comm_links")
 #: per-sink buffer: ~17 tables per rank, so at most a few hundred MB per task
 SINK_BUFFER_BYTES = 16 << 20
 
-#: cluster_step_trace_time.csv value columns (framework_outputs.md §3.4) and their step_time columns
-STEP_COLUMNS = (
-    ("Computing", "computing_ns"),
-    ("Communication(Not Overlapped)", "communication_not_overlapped_ns"),
-    ("Overlapped", "overlapped_ns"),
-    ("Communication", "communication_ns"),
-    ("Free", "free_ns"),
-    ("Stage", "stage_ns"),
-    ("Bubble", "bubble_ns"),
-    ("Communication(Not Overlapped and Exclude Receive)", "communication_not_overlapped_exclude_receive_ns"),
-    ("Preparing", "preparing_ns"),
-)
+#: cluster_step_trace_time.csv value columns: step_trace_time.csv's (framework_outputs.md §3.4)
+STEP_COLUMNS = STEP_TIME_COLUMNS
 #: a rank's step_trace_time rows, values in µs
 STEP_SCHEMA = pa.schema(
     [("rank", pa.int64()), ("step", pa.int64()), *((name, pa.float64()) for name, _ in STEP_COLUMNS)]

@@ -293,21 +293,19 @@ class AgingPolicy:
             if removed >= excess:
                 break
             families = {e.family for e in unit}
-            protected = self._protected is not None and any(
-                self._protected(e.path) for e in unit if e.path is not None
-            )
+            protected = [self._protected is not None and self._protected(e.path) for e in unit if e.path]
             last = any(self._family_files[e.family] <= 1 for e in unit)
-            if last or families & held or (protected and not allow_protected):
+            if last or families & held or (any(protected) and not allow_protected):
                 held |= families
                 continue
-            for entry in unit:
+            for entry, forced in zip(unit, protected, strict=True):
                 self._family_files[entry.family] -= 1
                 removed += entry.size
-                chosen.append((entry, protected))
+                chosen.append((entry, forced))
         self._drop([entry for entry, _ in chosen])
         self.total_bytes -= removed
         files = [(AgedFile(e.path, done_path(e.path), e.size), p) for e, p in chosen if e.path is not None]
-        return [f for f, p in files if not p], [f for f, p in files if p]
+        return [f for f, forced in files if not forced], [f for f, forced in files if forced]
 
     def _drop(self, chosen: list[_Entry]) -> None:
         """Remove aged entries; an aged unpaired hwts/aicore slice leaves its placeholder."""

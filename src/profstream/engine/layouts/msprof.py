@@ -113,22 +113,24 @@ def op_summary_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.filter(pc.fill_null(keep, True))
 
 
+#: the op_summary columns torch_npu keeps at Level0 (framework_outputs.md §3.2)
+LEVEL0_HEADERS = (
+    "Op Name",
+    "OP Type",
+    "Task Type",
+    "Task Start Time(us)",
+    "Task Duration(us)",
+    "Task Wait Time(us)",
+    "Block Num",
+)
+
+
 def task_cells(context: Context, names: dict[str, str], *, level0: bool = False) -> list[Cell]:
     """The op_summary / kernel_details columns (``names`` renames headers, torch_npu's way)."""
 
     def head(header: str) -> str:
         return names.get(header, header)
 
-    if level0:
-        return [
-            Cell(head("Op Name"), "op_name"),
-            Cell(head("OP Type"), "op_type"),
-            Cell(head("Task Type"), "task_type"),
-            stamp(head("Task Start Time(us)"), "start_ns"),
-            Cell(head("Task Duration(us)"), _duration, "duration_us"),
-            Cell(head("Task Wait Time(us)"), "wait_ns", "duration_us"),
-            Cell(head("Block Num"), "block_dim"),
-        ]
     cells = [
         Cell(head("Model ID"), "model_id"),
         Cell(head("Task ID"), "task_id"),
@@ -155,6 +157,8 @@ def task_cells(context: Context, names: dict[str, str], *, level0: bool = False)
     ]
     if context.stars:
         cells.append(Cell(head("Context ID"), _context_id))
+    if level0:
+        return [cell for cell in cells if cell.header in {head(h) for h in LEVEL0_HEADERS}]
     cells += [Cell(metric_header(name), name) for name in context.metric_columns]
     return cells
 

@@ -48,6 +48,18 @@ from profstream.sinks.communication_json import CommunicationJsonSink
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 CRLF = "\r\n"
 MB = 1024.0 * 1024.0
+#: step_trace_time.csv value headers (framework_outputs.md §3.4) and their ``step_time`` columns
+STEP_TIME_COLUMNS = (
+    ("Computing", "computing_ns"),
+    ("Communication(Not Overlapped)", "communication_not_overlapped_ns"),
+    ("Overlapped", "overlapped_ns"),
+    ("Communication", "communication_ns"),
+    ("Free", "free_ns"),
+    ("Stage", "stage_ns"),
+    ("Bubble", "bubble_ns"),
+    ("Communication(Not Overlapped and Exclude Receive)", "communication_not_overlapped_exclude_receive_ns"),
+    ("Preparing", "preparing_ns"),
+)
 #: op_summary header -> kernel_details header (framework_outputs.md §3.2)
 RENAMES = {
     "Op Name": "Name",
@@ -195,23 +207,7 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
             "step_trace_time.csv",
             [
                 Cell("Step", "step"),
-                *(
-                    Cell(header, scaled(column, 1000.0))
-                    for header, column in (
-                        ("Computing", "computing_ns"),
-                        ("Communication(Not Overlapped)", "communication_not_overlapped_ns"),
-                        ("Overlapped", "overlapped_ns"),
-                        ("Communication", "communication_ns"),
-                        ("Free", "free_ns"),
-                        ("Stage", "stage_ns"),
-                        ("Bubble", "bubble_ns"),
-                        (
-                            "Communication(Not Overlapped and Exclude Receive)",
-                            "communication_not_overlapped_exclude_receive_ns",
-                        ),
-                        ("Preparing", "preparing_ns"),
-                    )
-                ),
+                *(Cell(header, scaled(column, 1000.0)) for header, column in STEP_TIME_COLUMNS),
             ],
             line_end=CRLF,
         ),
