@@ -129,6 +129,12 @@ def test_timeline_has_every_task_and_its_launch_flow(torch_run: Run) -> None:
     assert starts.keys() == ends.keys() and starts
     assert all(Decimal(starts[i]["ts"]) <= Decimal(ends[i]["ts"]) for i in starts)
     assert Counter(names.values())["Python"] == 1
+    comm = [e for e in events if e["ph"] == "X" and names.get(e["pid"]) == "Communication"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    ops = profstream.open(torch_run.raw).table("comm").read_all()
+    on_group = [e for e in comm if threads[e["pid"], e["tid"]].startswith("Group ")]
+    assert sorted(e["name"] for e in on_group) == sorted(ops.column("op_name").to_pylist())
+    assert all(threads[e["pid"], e["tid"]].startswith(("Group ", "Plane ")) for e in comm)
 
 
 def test_parquet_layout_round_trips_every_table(torch_run: Run) -> None:

@@ -224,7 +224,7 @@ class _Groups:
 
 
 class Communication(_Layer):
-    """HCCL ops on their group's thread, HCCL tasks on the group's plane threads."""
+    """HCCL ops on their group's thread (§3.4); :class:`CommunicationTasks` draws the tasks."""
 
     table = "comm"
 
@@ -236,68 +236,69 @@ class Communication(_Layer):
         for device, rows in per_device(batch):
             pid = self.pid(COMMUNICATION_SORT, device)
             yield from self.device_process("Communication", COMMUNICATION_SORT, device)
-            tids = self.groups.tids(device, rows.column("group_name"))
-            groups = text(rows.column("group_name")).fill_null("N/A").to_pylist()
-            names = {
-                int(t): "Communication" if g == "N/A" else f"Group {g} Communication"
-                for t, g in zip(tids.tolist(), groups, strict=True)
-            }
+            tids, names = self.threads(device, rows)
             yield from self.processes.threads(pid, names, names.__getitem__, lambda t: t)
-            yes_no = pa.array(["no", "yes"])
             yield CompleteEvents(
-                name=rows.column("op_name"),
+                name=rows.column(self.name_column),
                 pid=pid,
                 tid=pa.array(tids),
                 ts_ns=local(self.context, rows.column("start_ns")),
                 dur_ns=duration(rows),
-                args={
-                    "rank_size": rows.column("rank_size"),
-                    "connection_id": rows.column("connection_id"),
-                    "model id": rows.column("model_id"),
-                    "data_type": rows.column("data_type"),
-                    "alg_type": rows.column("alg_type"),
-                    "count": rows.column("count"),
-                    "relay": pc.take(yes_no, pc.cast(rows.column("relay"), pa.int8())),
-                    "retry": pc.take(yes_no, pc.cast(rows.column("retry"), pa.int8())),
-                },
+                args=self.args(rows),
             )
+
+    name_column = "op_name"
+
+    def threads(self, device: int, rows: pa.RecordBatch) -> tuple[np.ndarray, dict[int, str]]:
+        """Each row's thread, and the name of every thread used."""
+        tids = self.groups.tids(device, rows.column("group_name"))
+        groups = text(rows.column("group_name")).fill_null("N/A").to_pylist()
+        names = {
+            int(t): "Communication" if g == "N/A" else f"Group {g} Communication"
+            for t, g in zip(tids.tolist(), groups, strict=True)
+        }
+        return tids, names
+
+    def args(self, rows: pa.RecordBatch) -> dict[str, pa.Array]:
+        yes_no = pa.array(["no", "yes"])
+        return {
+            "rank_size": rows.column("rank_size"),
+            "connection_id": rows.column("connection_id"),
+            "model id": rows.column("model_id"),
+            "data_type": rows.column("data_type"),
+            "alg_type": rows.column("alg_type"),
+            "count": rows.column("count"),
+            "relay": pc.take(yes_no, pc.cast(rows.column("relay"), pa.int8())),
+            "retry": pc.take(yes_no, pc.cast(rows.column("retry"), pa.int8())),
+        }
 
 
 class CommunicationTasks(Communication):
     """HCCL tasks on the plane threads of their group."""
 
     table = "comm_tasks"
+    name_column = "name"
 
-    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
-        for device, rows in per_device(batch):
-            pid = self.pid(COMMUNICATION_SORT, device)
-            yield from self.device_process("Communication", COMMUNICATION_SORT, device)
-            base = self.groups.tids(device, rows.column("group_name"))
-            tids = base + rows.column("plane_id").fill_null(0).to_numpy() + 1
-            yield from self.processes.threads(
-                pid, tids.tolist(), lambda t: f"Plane {t % 100 - 1}", lambda t: t
-            )
-            yield CompleteEvents(
-                name=rows.column("name"),
-                pid=pid,
-                tid=pa.array(tids),
-                ts_ns=local(self.context, rows.column("start_ns")),
-                dur_ns=duration(rows),
-                args={
-                    "notify_id": rows.column("notify_id"),
-                    "duration estimated(us)": rows.column("duration_estimated_us"),
-                    "stream id": rows.column("stream_id"),
-                    "task id": rows.column("task_id"),
-                    "context id": rows.column("context_id"),
-                    "task type": rows.column("name"),
-                    "src rank": rows.column("src_rank"),
-                    "dst rank": rows.column("dst_rank"),
-                    "transport type": rows.column("transport_type"),
-                    "size(Byte)": rows.column("size_bytes"),
-                    "data type": rows.column("data_type"),
-                    "link type": rows.column("link_type"),
-                },
-            )
+    def threads(self, device: int, rows: pa.RecordBatch) -> tuple[np.ndarray, dict[int, str]]:
+        base = self.groups.tids(device, rows.column("group_name"))
+        tids = base + rows.column("plane_id").fill_null(0).to_numpy() + 1
+        return tids, {int(t): f"Plane {int(t) % 100 - 1}" for t in np.unique(tids)}
+
+    def args(self, rows: pa.RecordBatch) -> dict[str, pa.Array]:
+        return {
+            "notify_id": rows.column("notify_id"),
+            "duration estimated(us)": rows.column("duration_estimated_us"),
+            "stream id": rows.column("stream_id"),
+            "task id": rows.column("task_id"),
+            "context id": rows.column("context_id"),
+            "task type": rows.column("name"),
+            "src rank": rows.column("src_rank"),
+            "dst rank": rows.column("dst_rank"),
+            "transport type": rows.column("transport_type"),
+            "size(Byte)": rows.column("size_bytes"),
+            "data type": rows.column("data_type"),
+            "link type": rows.column("link_type"),
+        }
 
 
 class OverlapAnalysis(_Layer):
