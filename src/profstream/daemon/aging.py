@@ -228,7 +228,8 @@ class AgingPolicy:
         excess = self._excess(free_bytes)
         if excess <= 0:
             return AgingDecision()
-        aged, forced = self._age(excess, allow_protected=False)
+        aged, _ = self._age(excess, allow_protected=False)  # the first round never takes protected files
+        forced: list[AgedFile] = []
         removed = sum(f.size for f in aged)
         if removed < excess:
             more, forced = self._age(excess - removed, allow_protected=True)

@@ -6,7 +6,9 @@ torch_npu) whose raw files are produced by the codecs' ``encode``, sliced and
 marked as the collector does; with ``truth_dir`` it also writes Parquet truth
 tables (:mod:`profstream.simulate.truth`). Generation is vectorised per chunk
 of steps, so memory stays bounded and large outputs (``target_bytes``) are
-cheap to make.
+cheap to make. :func:`live` writes the same collection over time, at a given
+rate and with the collector's storage_limit aging (:mod:`profstream.simulate.live`);
+:mod:`profstream.simulate.run` holds the per-rank machinery both share.
 
 Families written: device ``hwts``, ``aicore`` (910A) or ``stars_soc``,
 ``ffts_profile``, ``lpm_freq`` (910B); ``ts_track``, ``npu_mem``,

@@ -108,11 +108,12 @@ class RankRun:
     contexts: list[DeviceContext] = field(init=False)
     workloads: list[Workload] = field(init=False)
 
-    def run(self, budget: int | None) -> tuple[Layout, int]:
+    def run(self, budget: int | None) -> None:
+        """The whole collection at once (batch mode)."""
         self.start()
         while not self.advance(budget):
             pass
-        return self.finish()
+        self.finish()
 
     def start(self) -> None:
         """Lay out the collection and write its start files and the host's first records."""
@@ -173,8 +174,8 @@ class RankRun:
             return self.step >= cfg.steps
         return self.written >= budget
 
-    def finish(self) -> tuple[Layout, int]:
-        """Flush every stream (its last ``.done``) and write the end files; the layout and steps run."""
+    def finish(self) -> None:
+        """Flush every stream (its last ``.done``) and write the end files."""
         for writer in self.writers.values():
             writer.close()
         write_end_files(
@@ -185,7 +186,6 @@ class RankRun:
             start_ns=self.start_ns,
             end_ns=self.origin + END_DELAY_NS,
         )
-        return self.layout, self.step
 
     def _write(self, family: str, device_id: int, aging: str, rows: Rows) -> None:
         if not len(rows):
