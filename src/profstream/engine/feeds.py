@@ -14,6 +14,14 @@ they belong to and follow its watermark (see :class:`~profstream.engine.runtime.
 A host family with both unaging and aging slices is read as two time-ordered streams merged row
 by row into one time order (the readers' ``aging`` bool column tells them apart), so a run whose
 static node info grows with its length still streams; ``aging=`` picks one group instead.
+
+Follow mode (``FeedSet(..., follow=Follow())``, the collector daemon): readers tail growing
+slices (:class:`~profstream.engine.sources.StreamReader` ``follow=True``) and a feed yields
+:data:`~profstream.engine.runtime.WAIT` when nothing new is written. Slices are re-listed once per
+:meth:`Follow.poll` (not on every read); once :attr:`Follow.closing` is set (the collection wrote
+its end files) each stream is read to its end, its partial last record reported, and the feed
+ends as an offline one does. A family with unaging and aging streams waits while either has
+nothing pending, so the merge never releases a row an older one could still precede.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import pyarrow.compute as pc
 from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
 from profstream.engine.clock import DeviceClock, FrameworkClock
-from profstream.engine.runtime import Feed
+from profstream.engine.runtime import WAIT, Feed
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream, StreamOffsets, StreamReader
 
 
@@ -123,6 +131,17 @@ def convert(batch: pa.RecordBatch, spec: TimeSpec, convs: dict[str, Converter]) 
     return batch
 
 
+@dataclass(slots=True)
+class Follow:
+    """The live feeds' shared poll state; the daemon calls :meth:`poll` and sets ``closing``."""
+
+    generation: int = 0  # bumped once per poll: readers re-list slices when it changes
+    closing: bool = False  # the collection is complete: read every stream to its end
+
+    def poll(self) -> None:
+        self.generation += 1
+
+
 class FeedSet:
     """Opens the feeds of one collection, each reading one family of one dir (unaging, then aging)."""
 
@@ -133,11 +152,13 @@ class FeedSet:
         on_invalid: OnInvalid = "error",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         positions: dict[str, Any] | None = None,
+        follow: Follow | None = None,
     ) -> None:
         self.collection = collection
         self.on_invalid: OnInvalid = on_invalid
         self.chunk_bytes = chunk_bytes
         self.positions = positions or {}
+        self.follow = follow
 
     def clock(self, data_dir: discovery.DataDir) -> DeviceClock | FrameworkClock:
         if data_dir.metadata is None:
@@ -180,11 +201,13 @@ class FeedSet:
         start = self.positions.get(name)
         reading: _Reading | _Merged
         if spec.order is not None and len({s.aging for s in streams}) > 1:
-            reading = _Merged(streams, spec, convs, self.on_invalid, self.chunk_bytes, start=start)
+            reading = _Merged(
+                streams, spec, convs, self.on_invalid, self.chunk_bytes, start=start, follow=self.follow
+            )
             batches: Iterator[pa.RecordBatch] = iter(reading)
         else:
-            reading = _Reading(streams, self.on_invalid, self.chunk_bytes, start)
-            batches = (convert(b, spec, convs) for b in reading)
+            reading = _Reading(streams, self.on_invalid, self.chunk_bytes, start, follow=self.follow)
+            batches = (b if b is WAIT else convert(b, spec, convs) for b in reading)
         if spec.order is None and follows is None:
             msg = f"{family} has no time of its own: say which feed it follows"
             raise ValueError(msg)
@@ -216,8 +239,11 @@ class _Reading:
         on_invalid: OnInvalid,
         chunk_bytes: int,
         start: Any = None,
+        *,
+        follow: Follow | None = None,
     ) -> None:
         self._streams = list(streams)
+        self._follow = follow
         self._on_invalid: OnInvalid = on_invalid
         self._chunk = chunk_bytes
         self._index = 0
@@ -234,16 +260,36 @@ class _Reading:
                 self._streams[self._index],
                 on_invalid=self._on_invalid,
                 chunk_size=self._chunk,
+                follow=self._follow is not None,
                 resume=self._resume,
             )
             self._resume = None
         return self._reader
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
+        if self._follow is not None:
+            yield from self._tail(self._follow)
+            return
         while (reader := self._open()) is not None:
             yield from reader
             self._index += 1
             self._reader = None
+
+    def _tail(self, follow: Follow) -> Iterator[pa.RecordBatch]:
+        """Follow mode: a chunk at a time, :data:`WAIT` when nothing is new, to the end once closing."""
+        seen: int | None = None
+        while (reader := self._open()) is not None:
+            fresh = seen != follow.generation
+            seen = follow.generation
+            batches = reader.read_available(self._chunk, rescan=fresh)
+            if batches:
+                yield from batches
+            elif fresh and follow.closing:
+                yield from reader.finish()
+                self._index += 1
+                self._reader = None
+            else:
+                yield WAIT
 
     def position(self) -> Any:
         """``[stream index, reader offsets or None]``, msgpack-encodable."""
@@ -271,10 +317,11 @@ class _Merged:
         chunk_bytes: int,
         *,
         start: Any = None,
+        follow: Follow | None = None,
     ) -> None:
         starts = start or [[None, None] for _ in streams]
         self._readings = [
-            _Reading([stream], on_invalid, chunk_bytes, position)
+            _Reading([stream], on_invalid, chunk_bytes, position, follow=follow)
             for stream, (position, _) in zip(streams, starts, strict=True)
         ]
         self._iters = [iter(r) for r in self._readings]
@@ -288,6 +335,8 @@ class _Merged:
     def _fill(self, i: int) -> None:
         while self._live[i] and _empty(self._pending[i]):
             batch = next(self._iters[i], None)
+            if batch is WAIT:
+                return
             if batch is None:
                 self._live[i] = False
             elif batch.num_rows:
@@ -297,6 +346,9 @@ class _Merged:
         while True:
             for i in range(len(self._readings)):
                 self._fill(i)
+            if any(live and _empty(t) for live, t in zip(self._live, self._pending, strict=True)):
+                yield WAIT  # a live stream has nothing pending yet (follow mode only)
+                continue
             held = [(i, t) for i, t in enumerate(self._pending) if t is not None and t.num_rows]
             if not held:
                 return

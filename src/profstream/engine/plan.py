@@ -33,7 +33,7 @@ from typing import Any
 
 from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
-from profstream.engine.feeds import FeedSet
+from profstream.engine.feeds import FeedSet, Follow
 from profstream.engine.operators import pmu
 from profstream.engine.operators.api import ApiEvents, Dictionaries
 from profstream.engine.operators.comm import Communication
@@ -47,7 +47,7 @@ from profstream.engine.operators.overlap import Overlap, StepSource
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.steps import FrameworkSteps, Steps
 from profstream.engine.runtime import Feed, Operator, Pipeline, at
-from profstream.engine.sources import DEFAULT_CHUNK_BYTES
+from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import InputPathError
 
 #: canonical tables kept per device
@@ -104,10 +104,11 @@ class Planner:
         on_invalid: OnInvalid = "error",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         positions: dict[str, Any] | None = None,
+        follow: Follow | None = None,
     ) -> None:
         self.collection = collection
         self.feedset = FeedSet(
-            collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, positions=positions
+            collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, positions=positions, follow=follow
         )
         known = [d.device_id for d in collection.devices if d.device_id is not None]
         chosen = known if devices is None else [d for d in known if d in devices]
@@ -148,6 +149,11 @@ class Planner:
                 if fs.has(data_dir, family):
                     specs[at(f"{family}_raw", device_id)] = _FeedSpec(data_dir, family)
         return specs
+
+    def feed_streams(self, name: str) -> list[Stream]:
+        """The streams feed ``name`` reads, in its order (what its position indexes)."""
+        spec = self._feeds[name]
+        return self.feedset.streams(spec.data_dir, spec.family, spec.aging)
 
     def _open_feed(self, name: str) -> Feed:
         spec = self._feeds[name]

@@ -22,6 +22,12 @@ watermark). A derived stream's rows need not come in start order (pairing emits 
 ends, a step arrives when it closes), so consumers of derived streams allow some lateness. Side
 inputs (dictionaries, unaging node info) are not streams: operators get them when they are built.
 
+Live feeds (the daemon's follow mode): a feed whose input is still being written yields
+:data:`WAIT` when it has nothing new yet. It keeps its watermark and is not exhausted; the
+pipeline then pulls the next-lowest feed that has data (a timeless follower never goes ahead of a
+waiting leader) and :attr:`Pipeline.stalled` says when every live feed is waiting, so the caller
+can sleep and poll again.
+
 Snapshots: :meth:`Pipeline.snapshot` captures every feed's read position and every operator's
 state; a pipeline built the same way and restored from it continues with exactly the output the
 original would have produced. Operator state goes through :func:`pack_state` / :func:`unpack_state`
@@ -48,6 +54,8 @@ DONE = np.iinfo(np.int64).max
 START = np.iinfo(np.int64).min
 
 Emit = tuple[str, pa.RecordBatch]
+#: what a live feed's batches yield when nothing new has been written yet (compared by identity)
+WAIT = pa.RecordBatch.from_pydict({})
 
 
 def at(stream: str, device_id: int | None) -> str:
@@ -111,10 +119,18 @@ class Feed:
     position: Callable[[], Any] = field(default=lambda: None)
     follows: str | None = None
     watermark: int = START
+    waiting: bool = False  # the last pull met :data:`WAIT`: more may come later
 
     def pull(self) -> pa.RecordBatch | None:
-        """The next non-empty batch, advancing the watermark; None (and DONE) at the end."""
+        """The next non-empty batch, advancing the watermark; None (and DONE) at the end.
+
+        None with the watermark not DONE (and ``waiting`` set) means a live feed has nothing yet.
+        """
+        self.waiting = False
         for batch in self.batches:
+            if batch is WAIT:
+                self.waiting = True
+                return None
             if batch.num_rows == 0:
                 continue
             if not self.time_column:
@@ -150,6 +166,12 @@ class Pipeline:
             for name in op.outputs:
                 self._marks[name] = START
         self._finished = False
+        self._stalled = False
+
+    @property
+    def stalled(self) -> bool:
+        """The last :meth:`step` found every live feed waiting (live feeds only; see the docstring)."""
+        return self._stalled
 
     @property
     def finished(self) -> bool:
@@ -177,9 +199,11 @@ class Pipeline:
         live = [f for f in self.feeds.values() if f.watermark != DONE]
         out: list[Emit] = []
         if live:
-            # a timeless follower goes after its leader at equal marks, so it never reads ahead
-            feed = min(live, key=lambda f: (f.watermark, not f.time_column))
-            batch = feed.pull()
+            feed, batch = self._pull(live)
+            if feed is None:
+                self._stalled = True
+                return out
+            self._stalled = False
             if batch is not None and not feed.time_column:
                 leader = self.feeds.get(feed.follows or "")
                 feed.watermark = DONE if leader is None else leader.watermark
@@ -201,6 +225,18 @@ class Pipeline:
                 self._marks[name] = DONE
         self._finished = True
         return out
+
+    def _pull(self, live: list[Feed]) -> tuple[Feed | None, pa.RecordBatch | None]:
+        """Pull the lowest feed that has a batch or ends; (None, None) when every one is waiting."""
+        # a timeless follower goes after its leader at equal marks, so it never reads ahead
+        for feed in sorted(live, key=lambda f: (f.watermark, not f.time_column)):
+            leader = self.feeds.get(feed.follows or "")
+            if leader is not None and leader.waiting:
+                continue
+            batch = feed.pull()
+            if batch is not None or not feed.waiting:
+                return feed, batch
+        return None, None
 
     def _route(self, emits: list[Emit], out: list[Emit]) -> None:
         for name, batch in emits:

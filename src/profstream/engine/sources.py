@@ -260,14 +260,16 @@ class StreamReader:
         """Every batch available now; offline, ends with the truncated-tail check."""
         return self._pump(final=not self._follow)
 
-    def read_available(self, max_bytes: int | None = None) -> list[pa.RecordBatch]:
+    def read_available(self, max_bytes: int | None = None, *, rescan: bool = True) -> list[pa.RecordBatch]:
         """Batches of the whole records written since the last call.
 
         With ``max_bytes`` it returns once that many bytes were read; more may remain.
+        ``rescan`` False skips re-listing the slices (the caller knows nothing new appeared, or
+        polls the directory less often than it reads).
         """
         start = self.stats.bytes_read
         out = []
-        pump = self._pump(final=False)
+        pump = self._pump(final=False, rescan=rescan)
         try:
             for batch in pump:
                 out.append(batch)
@@ -298,9 +300,9 @@ class StreamReader:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _pump(self, *, final: bool) -> Generator[pa.RecordBatch, None, None]:
+    def _pump(self, *, final: bool, rescan: bool = True) -> Generator[pa.RecordBatch, None, None]:
         """Read every byte available now; all state lives on ``self`` so abandoning it is safe."""
-        if self._follow:
+        if self._follow and rescan:
             self._refresh()
         self._align()
         while self._index < len(self._files):

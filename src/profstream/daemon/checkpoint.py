@@ -1,0 +1,131 @@
+"""The daemon's durable state: files made to appear whole, and the per-collection checkpoint.
+
+A commit is durable in this order: the window's part files are written under temporary names,
+renamed, and fsynced with their directories; then the checkpoint (the pipeline snapshot and the
+window number) is written to a temporary file, fsynced, renamed over the old one and the directory
+fsynced. A crash before the checkpoint rename leaves part files of a window the checkpoint does
+not name; :func:`drop_uncommitted` deletes them at the next start, and the pipeline resumed from
+the snapshot writes that window again. So every row is in exactly one committed window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+import msgspec
+
+from profstream.errors import ProfstreamError
+
+CHECKPOINT_NAME = "checkpoint.msgpack"
+#: the daemon's part file names: the window number, zero-padded so names sort by window
+PART_NAME = re.compile(r"^part-(\d+)\.parquet$")
+#: temporary files of :class:`~profstream.sinks._base.StagedFile` and of :func:`write_atomic`
+_TEMP = re.compile(r"^\..*\.part$")
+
+
+def part_name(window: int) -> str:
+    return f"part-{window:08d}.parquet"
+
+
+class Gap(msgspec.Struct, frozen=True):
+    """Raw data lost before the daemon read it: a slice aged (forced) or gone, with its time range.
+
+    ``start``/``end`` are the ``starttime``/``endtime`` of the slice's ``.done`` (the collector's
+    own clock values; None when the ``.done`` has no times).
+    """
+
+    file: str
+    bytes: int
+    start: int | None
+    end: int | None
+    reason: str
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
+    """What one collection's last commit made durable.
+
+    ``window`` is the last committed window (-1: none); ``snapshot`` the pipeline snapshot after
+    it; ``streams`` the stream keys the pipeline was planned with (a restart plans the same ones);
+    ``finished`` that the collection is complete and every row committed.
+    """
+
+    window: int
+    snapshot: bytes
+    streams: list[str]
+    side_bytes: int
+    finished: bool = False
+    gaps: list[Gap] = msgspec.field(default_factory=list)
+
+
+class CheckpointError(ProfstreamError):
+    """A checkpoint file exists but cannot be read: the daemon will not guess where to resume."""
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_files(paths: list[Path]) -> None:
+    """Make renamed files and their directory entries durable."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for directory in sorted({p.parent for p in paths}):
+        fsync_dir(directory)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data``: write a temporary file, fsync, rename, fsync the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        with temp.open("wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+    fsync_dir(path.parent)
+
+
+def save(path: Path, checkpoint: Checkpoint) -> None:
+    write_atomic(path, msgspec.msgpack.encode(checkpoint))
+
+
+def load(path: Path) -> Checkpoint | None:
+    """The checkpoint at ``path``; None when there is none yet."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return msgspec.msgpack.decode(blob, type=Checkpoint)
+    except msgspec.DecodeError as err:
+        msg = f"cannot read the checkpoint {path}: {err}; move it away to start this collection over"
+        raise CheckpointError(msg) from err
+
+
+def drop_uncommitted(directory: Path, window: int) -> list[Path]:
+    """Delete part files of windows after ``window`` and leftover temporary files under ``directory``."""
+    if not directory.exists():
+        return []
+    dropped = []
+    for path in sorted(directory.rglob("*")):
+        match = PART_NAME.match(path.name)
+        if (match is not None and int(match.group(1)) > window) or _TEMP.match(path.name):
+            path.unlink()
+            dropped.append(path)
+    return dropped
