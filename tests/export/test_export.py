@@ -46,9 +46,19 @@ def truth_tasks(run: Run) -> list[dict[str, object]]:
 def test_op_summary_lists_every_matched_task_with_its_duration(graph_run: Run) -> None:
     graph_run.export("msprof", "summary")
     out = graph_run.out / "msprof" / "mindstudio_profiler_output"
-    written = rows(one(out, "op_summary_*.csv"))
+    everything = rows(one(out, "op_summary_*.csv"))
+    written = [r for r in everything if r["Task ID"] != "N/A"]
     expected = truth_tasks(graph_run)
     assert len(written) == len(expected)
+    # one row per communication op (§2.1), none per HCCL task
+    ops = [r for r in everything if r["Task ID"] == "N/A"]
+    comm = profstream.open(graph_run.raw).table("comm").read_all()
+    assert sorted(r["Op Name"] for r in ops) == sorted(comm.column("op_name").to_pylist())
+    assert {r["Task Type"] for r in ops} == {"COMMUNICATION"}
+    assert sorted(Decimal(r["Task Duration(us)"]) for r in ops) == sorted(
+        micros(e - s)
+        for s, e in zip(comm.column("start_ns").to_pylist(), comm.column("end_ns").to_pylist(), strict=True)
+    )
     by_key = {(t["device_id"], t["stream_id"], t["task_id"], t["start_ns"]): t for t in expected}
     offset = None
     for row in written:
@@ -105,9 +115,16 @@ def test_step_trace_time_equals_the_per_step_truth(torch_run: Run) -> None:
 
 def test_kernel_details_step_ids_follow_the_framework_steps(torch_run: Run) -> None:
     torch_run.export("torch_npu", "summary")
-    written = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    everything = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    written = [r for r in everything if r["Task ID"] != "N/A"]
     expected = Counter(t["iteration"] for t in truth_tasks(torch_run))
     assert Counter(int(r["Step Id"]) for r in written) == expected
+    ops = [r for r in everything if r["Task ID"] == "N/A"]  # the all-reduce of each step, as HCCL
+    assert Counter(int(r["Step Id"]) for r in ops) == Counter(expected.keys())
+    assert {(r["Accelerator Core"], r["Block Dim"], r["Mix Block Dim"]) for r in ops} == {
+        ("HCCL", "0", "N/A")
+    }
+    written = everything
     raw = (torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").read_bytes()
     assert raw.count(b"\r\n") == len(written) + 1  # csv.writer's line ends, as torch_npu writes
 
@@ -207,7 +224,9 @@ def test_a_framework_step_selects_only_its_tasks(torch_run: Run, tmp_path: Path)
         output=tmp_path,
         selection=Selection(model_id=4294967295, iteration_id=2),
     )
-    written = rows(tmp_path / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    written = [
+        r for r in rows(tmp_path / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv") if r["Task ID"] != "N/A"
+    ]
     expected = [t for t in truth_tasks(torch_run) if t["iteration"] == 2]
     assert {int(r["Step Id"]) for r in written} == {2}
     assert len(written) == len(expected)

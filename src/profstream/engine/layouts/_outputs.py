@@ -234,15 +234,19 @@ class SummaryOutput(Output):
 
     def close(self) -> list[Path]:
         try:
-            if self._spool is not None:
-                for batch in self._spool.replay():
-                    self._emit(batch)
+            for batch in self._replay():
+                self._emit(batch)
             if self._sink is None:
                 return []
             self._sink.close()
             return list(self._sink.paths)
         finally:
             self._remove_spool()
+
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        """The spooled rows, key by key (none without a spool)."""
+        if self._spool is not None:
+            yield from self._spool.replay()
 
     def abort(self) -> None:
         if self._sink is not None:

@@ -14,7 +14,8 @@ Choices where the spec leaves room:
 * op_summary rows are device tasks matched to node info (an op type is known) whose task type is
   not WRITE_BACK/INVALID/HCCL_AI_CPU/COMMUNICATION (§2.1) nor HCCL: the real kernel_details.csv in
   shared/realdata lists communication once per op (Task ID ``N/A``, type ``HCCL``), never per HCCL
-  task. Those per-op rows are not written yet. Headers are the C++ ones (``Block Num``,
+  task: those per-op rows are merged in by start time (:class:`TaskRows`; task type ``COMMUNICATION``
+  here as msprof's C++ names it, ``HCCL`` in kernel_details as the real file shows). Headers are the C++ ones (``Block Num``,
   ``Mix Block Num``); ``Context ID`` and ``Mix Block Num`` only on STARS chips.
 * task_time, like op_summary, lists a MIX or FFTS+ task by its context rows, not the whole-task row
   STARS also reports (``sub_task_parents``); §4e's rule for multi-context FFTS+ groups is not applied.
@@ -27,8 +28,9 @@ Choices where the spec leaves room:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,7 +48,7 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.layouts.timeline import StepTrace, cann_layers, text
 from profstream.engine.operators.statistics import TaskWaitTime, sub_task_parents
-from profstream.engine.schema import NO_ID
+from profstream.engine.schema import NO_ID, conform, tasks_schema
 from profstream.sinks import SliceNaming, msprof_slice_names
 from profstream.sinks._base import StagedFile
 
@@ -165,6 +167,74 @@ def task_cells(context: Context, names: dict[str, str], *, level0: bool = False)
 
 def _duration(batch: pa.RecordBatch) -> pa.Array:
     return pc.subtract(batch.column("end_ns"), batch.column("start_ns"))
+
+
+class TaskRows(SummaryOutput):
+    """op_summary / kernel_details: device task rows with one row per communication op merged in.
+
+    msprof lists communication once per op, not per HCCL task (§2.1 "communication rows"; the real
+    kernel_details.csv in shared/realdata shows them with Task ID ``N/A`` and type ``HCCL``, Block
+    Num 0, the rest ``N/A``). Rows are spooled per device and the device's op rows (one per HCCL op,
+    held until close: output-sized and few) are merged into them by start time, so the wait time runs
+    over both as msprof computes it.
+    """
+
+    def __init__(
+        self, context: Context, name: str | SliceNaming, cells: Sequence[Cell], *, label: str, **options: Any
+    ) -> None:
+        super().__init__(context, "tasks", name, cells, rows=op_summary_rows, spool=True, **options)
+        self.tables = ("tasks", "comm")
+        self._label = label
+        self._ops: list[pa.RecordBatch] = []
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        if table == "comm":
+            self._ops.append(self._op_rows(batch))
+        else:
+            super().write(table, batch)
+
+    def _op_rows(self, comm: pa.RecordBatch) -> pa.RecordBatch:
+        n = comm.num_rows
+        return conform(
+            tasks_schema(self.context.metric_columns),
+            {
+                "device_id": comm.column("device_id"),
+                "start_ns": comm.column("start_ns"),
+                "end_ns": comm.column("end_ns"),
+                "op_name": comm.column("op_name"),
+                "op_type": comm.column("op_type"),
+                "task_type": pa.array([self._label] * n),
+                "block_dim": pa.array([0] * n, pa.int32()),
+                "model_id": comm.column("model_id"),
+                "context_id": pa.array([NO_ID] * n, pa.int64()),
+            },
+        )
+
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        ops = (
+            pa.Table.from_batches(self._ops, tasks_schema(self.context.metric_columns)) if self._ops else None
+        )
+        pending: dict[int, pa.Table] = {}
+        if ops is not None and ops.num_rows:
+            ops = ops.sort_by([("device_id", "ascending"), ("start_ns", "ascending")])
+            for device in pc.unique(ops.column("device_id")).to_pylist():
+                pending[device] = ops.filter(pc.equal(ops.column("device_id"), device))
+        current = None
+        for tasks in super()._replay():
+            device = tasks.column("device_id")[0].as_py()
+            if device != current and current in pending:
+                yield from pending.pop(current).to_batches()
+            current = device
+            mine = pending.get(device)
+            if mine is None or not mine.num_rows:
+                yield tasks
+                continue
+            due = pc.less_equal(mine.column("start_ns"), pc.max(tasks.column("start_ns")))
+            merged = pa.concat_tables([pa.Table.from_batches([tasks]), mine.filter(due)])
+            pending[device] = mine.filter(pc.invert(due))
+            yield merged.unify_dictionaries().sort_by("start_ns").combine_chunks().to_batches()[0]
+        for device in sorted(pending):
+            yield from pending[device].to_batches()
 
 
 class WaitTime:
@@ -308,13 +378,12 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
     )
     wait = WaitTime()
     outputs: list[Output] = [
-        SummaryOutput(
+        TaskRows(
             context,
-            "tasks",
             named("op_summary"),
             [device, *task_cells(context, {})],
+            label="COMMUNICATION",
             fmt=fmt,
-            rows=op_summary_rows,
             frame=wait,
         ),
         SummaryOutput(

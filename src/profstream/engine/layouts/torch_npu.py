@@ -35,10 +35,10 @@ from profstream.engine.layouts._outputs import (
     stamp,
 )
 from profstream.engine.layouts.msprof import (
+    TaskRows,
     WaitTime,
     api_statistic_cells,
     op_statistic_cells,
-    op_summary_rows,
     scaled,
     task_cells,
 )
@@ -94,22 +94,15 @@ def _steps_of(
     return pa.array(out, mask=out < 0)
 
 
-class KernelDetails(SummaryOutput):
+class KernelDetails(TaskRows):
     """kernel_details.csv: op_summary's rows and columns, torch_npu's names, and the Step Id."""
 
     def __init__(self, context: Context, level0: bool) -> None:
         self._wait = WaitTime()
         super().__init__(
-            context,
-            "tasks",
-            "kernel_details.csv",
-            [],
-            rows=op_summary_rows,
-            frame=self._frame_rows,
-            spool=True,
-            line_end=CRLF,
+            context, "kernel_details.csv", [], label="HCCL", frame=self._frame_rows, line_end=CRLF
         )
-        self.tables = ("tasks", "framework_steps")
+        self.tables = ("tasks", "comm", "framework_steps")
         self._level0 = level0
         self._steps: list[pa.RecordBatch] = []
         self._device_steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
