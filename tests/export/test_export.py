@@ -270,3 +270,17 @@ def test_clear_removes_only_leftover_temporary_files(graph_run: Run, tmp_path: P
     assert clear_caches(report) == [stale]
     assert not stale.exists()
     assert sorted(p for p in graph_run.raw.rglob("*") if p.is_file()) == before
+
+
+def test_level0_trace_view_leaves_out_the_cann_layer(tmp_path: Path) -> None:
+    """torch_npu prunes host API events at Level0 (framework_outputs.md §3.1 LEVEL_TRACE_PRUNE_CONFIG)."""
+    raw = tmp_path / "raw"
+    simulate(SimulationConfig(chip="910B", steps=1, ops_per_step=8, framework="torch_npu", seed=3), raw)
+    [info] = raw.glob("*_ascend_pt/profiler_info*.json")
+    doc = json.loads(info.read_text())
+    doc.setdefault("config", {}).setdefault("experimental_config", {})["_profiler_level"] = "Level0"
+    info.write_text(json.dumps(doc))
+    export(raw, kind="timeline", layout="torch_npu", output=tmp_path / "out")
+    events = json.loads((tmp_path / "out" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
+    processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert "CANN" not in processes and {"Python", "Ascend Hardware"} <= processes

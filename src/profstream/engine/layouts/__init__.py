@@ -44,10 +44,12 @@ def outputs(
     """The outputs of one export of one collection into ``context.out_dir``."""
     if layout == "parquet":
         return [ParquetOutput(context.out_dir, {name: TABLES[name] for name in TABLE_NAMES})]
-    module = msprof if layout == "msprof" else torch_npu
     built: list[Output] = []
     if kind in ("timeline", "both"):
-        built += module.timeline_outputs(context, limits or Limits())
+        if layout == "msprof":
+            built += msprof.timeline_outputs(context, limits or Limits())
+        else:
+            built += torch_npu.timeline_outputs(context, limits or Limits(), level0=level0)
     if kind in ("summary", "both"):
         built += (
             msprof.summary_outputs(context, fmt)

@@ -15,8 +15,9 @@ Choices where the spec leaves room:
   not WRITE_BACK/INVALID/HCCL_AI_CPU/COMMUNICATION (§2.1) nor HCCL: the real kernel_details.csv in
   shared/realdata lists communication once per op (Task ID ``N/A``, type ``HCCL``), never per HCCL
   task: those per-op rows are merged in by start time (:class:`TaskRows`; task type ``COMMUNICATION``
-  here as msprof's C++ names it, ``HCCL`` in kernel_details as the real file shows). Headers are the C++ ones (``Block Num``,
-  ``Mix Block Num``); ``Context ID`` and ``Mix Block Num`` only on STARS chips.
+  here as msprof's C++ names it, ``HCCL`` in kernel_details as the real file shows). Headers are
+  the C++ ones (``Block Num``, ``Mix Block Num``); ``Context ID`` and ``Mix Block Num`` only on
+  STARS chips.
 * task_time, like op_summary, lists a MIX or FFTS+ task by its context rows, not the whole-task row
   STARS also reports (``sub_task_parents``); §4e's rule for multi-context FFTS+ groups is not applied.
 * api_statistic's ``Device_id`` is the collection's first device, as the real C++ file in

@@ -42,7 +42,7 @@ from profstream.engine.layouts.msprof import (
     scaled,
     task_cells,
 )
-from profstream.engine.layouts.timeline import cann_layers, framework_layers, text
+from profstream.engine.layouts.timeline import Cann, cann_layers, framework_layers, text
 from profstream.sinks.communication_json import CommunicationJsonSink
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -265,14 +265,19 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
     ]
 
 
-def timeline_outputs(context: Context, limits: Limits) -> list[TimelineOutput]:
-    """trace_view.json: the framework layer first, then the CANN layers (§3.1)."""
+def timeline_outputs(context: Context, limits: Limits, *, level0: bool = False) -> list[TimelineOutput]:
+    """trace_view.json: the framework layer first, then the CANN layers (§3.1).
+
+    At Level0 torch_npu prunes the host API events (``LEVEL_TRACE_PRUNE_CONFIG``: names starting with
+    CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is the whole CANN layer.
+    """
     processes = Processes()
+    layers = [layer for layer in cann_layers(context, processes) if not (level0 and isinstance(layer, Cann))]
     return [
         TimelineOutput(
             context.out_dir,
             lambda index, count: "trace_view.json" if count == 1 else f"trace_view_{index}.json",
-            [*framework_layers(context, processes), *cann_layers(context, processes)],
+            [*framework_layers(context, processes), *layers],
             limits,
         )
     ]
