@@ -45,6 +45,8 @@ from profstream.sinks._format import Column, Unit, cell_text, is_text, resolve_c
 
 #: msprof's ``CSV_LIMIT``: data rows per summary CSV file
 CSV_LIMIT = 1_000_000
+#: rows formatted at once (the text of one slice of a batch is held in memory)
+FORMAT_ROWS = 16_384
 #: Python ``csv.writer``'s minimal quoting
 MINIMAL_QUOTING = ',"\r\n'
 
@@ -117,7 +119,11 @@ class CsvSink(TableSink):
         return pc.binary_join_element_wise(*cells, ",") if len(cells) > 1 else cells[0]
 
     def _write(self, batch: pa.RecordBatch) -> None:
-        lines = self._lines(batch)
+        # formatting makes several text columns per column; a bounded slice keeps that memory small
+        for start in range(0, batch.num_rows, FORMAT_ROWS):
+            self._write_lines(self._lines(batch.slice(start, FORMAT_ROWS)))
+
+    def _write_lines(self, lines: pa.Array) -> None:
         offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + len(lines) + 1]
         data = lines.buffers()[2]
         row = 0

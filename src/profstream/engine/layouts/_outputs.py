@@ -130,7 +130,8 @@ class _Spool:
         for writer in self._writers.values():
             writer.close()
         for device in sorted(self._paths):
-            with pa.memory_map(str(self._paths[device])) as source:
+            # read, not mapped: mapped pages of a large spool would all count as resident memory
+            with pa.OSFile(str(self._paths[device])) as source:
                 yield from pa.ipc.open_stream(source)
             self._paths[device].unlink()
 
