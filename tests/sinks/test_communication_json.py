@@ -8,9 +8,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from profstream.engine.schema import TABLES, conform
-from profstream.sinks.communication_json import CommunicationJsonSink, communication, communication_matrix
+from profstream.sinks.communication_json import (
+    CommunicationJsonSink,
+    _assign,
+    communication,
+    communication_matrix,
+)
 
 REAL = Path("/work/shared/realdata")
 TORCH = REAL / "msinsight-torchnpu-910b/test/data/pytorch/text/level2/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT"
@@ -255,3 +262,22 @@ def test_op_entries_match_cluster_communication() -> None:
     assert list(ours["Communication Time Info"]) == list(real_op["Communication Time Info"])
     for transport, entry in real_op["Communication Bandwidth Info"].items():
         assert list(ours["Communication Bandwidth Info"][transport]) == list(entry)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), min_size=2, max_size=8),
+    st.lists(st.integers(-5, 80), max_size=30),
+)
+def test_ops_go_to_the_first_step_that_contains_them(spans: list[tuple[int, int]], times: list[int]) -> None:
+    """torch_npu's split_comm_op_by_step: the first step in start order with start <= t <= end."""
+    steps = sorted(
+        ((f"step{i}", float(a), float(a + d)) for i, (a, d) in enumerate(spans)), key=lambda s: s[1]
+    )
+    ops = [{"start_ns": t} for t in times]
+    expected: list[list[dict[str, int]]] = [[] for _ in steps]
+    for op in ops:
+        for index, (_, start, end) in enumerate(steps):
+            if start <= op["start_ns"] <= end:
+                expected[index].append(op)
+                break
+    assert _assign(ops, steps) == expected

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from profstream import events
@@ -217,11 +218,16 @@ def _assign(
     if len(steps) == 1:
         return [list(ops)]
     out: list[list[Mapping[str, Any]]] = [[] for _ in steps]
-    for op in ops:
-        for index, (_, start, end) in enumerate(steps):
-            if start <= op["start_ns"] <= end:
-                out[index].append(op)
-                break
+    starts = np.array([start for _, start, _ in steps], np.float64)
+    reach = np.maximum.accumulate(np.array([end for _, _, end in steps], np.float64))
+    times = np.array([op["start_ns"] for op in ops], np.float64)
+    # the first step (in start order) with start <= t <= end: the first whose running max of ends
+    # reaches t, if that step has started by t (steps are sorted by start)
+    first = np.searchsorted(reach, times, side="left")
+    started = np.searchsorted(starts, times, side="right") - 1
+    for op, index, last in zip(ops, first.tolist(), started.tolist(), strict=True):
+        if index <= last:
+            out[index].append(op)
     return out
 
 
@@ -329,11 +335,13 @@ def communication_matrix(
     if not any(members):
         per_step["step"] = matrix
     else:
+        first_step: dict[str, str] = {}  # each op's first step that lists it
+        for (step, _, _), names in zip(step_list, members, strict=True):
+            for name in names:
+                first_step.setdefault(name, step)
         for key, entries in matrix.items():
-            for (step, _, _), names in zip(step_list, members, strict=True):
-                if key in names:
-                    per_step.setdefault(step, {})[key] = entries
-                    break
+            if key in first_step:
+                per_step.setdefault(first_step[key], {})[key] = entries
     return {
         step: {group: _summaries(data) for group, data in _split_p2p(ops_of_step).items()}
         for step, ops_of_step in per_step.items()
