@@ -61,6 +61,46 @@ def split_before(columns: Columns, times: Int64Array, until: int) -> tuple[Colum
     return take(columns, ready), take(columns, ~ready)
 
 
+class Pending:
+    """Rows waiting for a time horizon, kept as the chunks they arrived in.
+
+    Appending is O(1) and taking the rows before a time touches only the chunks that hold some, so a
+    long window of pending rows is not copied on every push and every advance.
+    """
+
+    def __init__(self, names: tuple[str, ...], rows: Columns | None = None) -> None:
+        self.names = names
+        self._chunks: list[Columns] = [] if rows is None or not len(rows[names[0]]) else [rows]
+
+    def append(self, new: Columns) -> None:
+        if len(new[self.names[0]]):
+            self._chunks.append(new)
+
+    def take_before(self, until: int) -> Columns:
+        """Remove and return the rows with ``time < until``, in arrival order."""
+        taken: list[Columns] = []
+        kept: list[Columns] = []
+        for chunk in self._chunks:
+            ready, rest = split_before(chunk, chunk["time"], until)
+            if len(ready[self.names[0]]):
+                taken.append(ready)
+            if len(rest[self.names[0]]):
+                kept.append(rest)
+        self._chunks = kept
+        return self._joined(taken)
+
+    def columns(self) -> Columns:
+        """Every pending row as one table (for snapshots)."""
+        return self._joined(self._chunks)
+
+    def _joined(self, chunks: list[Columns]) -> Columns:
+        if not chunks:
+            return empty_columns(self.names)
+        if len(chunks) == 1:
+            return chunks[0]
+        return {name: np.concatenate([c[name] for c in chunks]) for name in self.names}
+
+
 def concat(first: Columns, second: Columns) -> Columns:
     """Rows of ``first`` then rows of ``second`` (same column names)."""
     return {name: np.concatenate((first[name], second[name])) for name in first}

@@ -81,6 +81,7 @@ from profstream.engine.kernels import memory as kernels
 from profstream.engine.kernels._dispatch import NO_SEQ, NULL, BoolArray, Int64Array
 from profstream.engine.operators._state import (
     Columns,
+    Pending,
     concat,
     empty_columns,
     find,
@@ -91,7 +92,6 @@ from profstream.engine.operators._state import (
     pack_keyed,
     pick,
     rows,
-    split_before,
     take,
     unpack_keyed,
 )
@@ -224,9 +224,9 @@ class Memory(Operator):
         self._reset()
 
     def _reset(self) -> None:
-        self._pta = empty_columns(_PTA)
-        self._ge = empty_columns(_GE)
-        self._app = empty_columns(_APP)
+        self._pta = Pending(_PTA)
+        self._ge = Pending(_GE)
+        self._app = Pending(_APP)
         self._seen = 0  # records taken so far, all inputs: the tie order of memory_record
         self._pta_base = 0  # records given to the kernels (their sequence numbers)
         self._ge_base = 0
@@ -314,7 +314,7 @@ class Memory(Operator):
             "stream": _column(batch, "stream_ptr", NULL),
             "device": device,
         }
-        self._pta = concat(self._pta, new)
+        self._pta.append(new)
 
     def _add_ge(self, batch: pa.RecordBatch) -> None:
         whole = _column(batch, "data_len", GE_MIN_DATA_LEN) >= GE_MIN_DATA_LEN
@@ -331,7 +331,7 @@ class Memory(Operator):
             "allocated": _column(batch, "total_allocate_memory", 0),
             "reserved": _column(batch, "total_reserve_memory", 0),
         }
-        self._ge = concat(self._ge, new)
+        self._ge.append(new)
 
     def _add_app(self, batch: pa.RecordBatch, device: int) -> None:
         """APP samples of the device's ``npu_mem`` table: total reserved = ddr + hbm."""
@@ -343,7 +343,7 @@ class Memory(Operator):
             "device": np.full(batch.num_rows, device, np.int64),
             "reserved": np.where((ddr == NULL) | (hbm == NULL), NULL, ddr + hbm),
         }
-        self._app = concat(self._app, new)
+        self._app.append(new)
 
     def _code(self, names: pa.Array) -> Int64Array:
         """Integer codes of op names."""
@@ -467,8 +467,8 @@ class Memory(Operator):
 
     def _take(self, attribute: str, until: int) -> Columns:
         """Remove and return the records before ``until``, in (time, arrival) order."""
-        picked, rest = split_before(getattr(self, attribute), getattr(self, attribute)["time"], until)
-        setattr(self, attribute, rest)
+        pending: Pending = getattr(self, attribute)
+        picked = pending.take_before(until)
         order = np.lexsort((picked["seq"], picked["time"]))
         if bool(np.all(order[1:] > order[:-1])):  # already in order: keep the views
             return picked
@@ -709,9 +709,9 @@ class Memory(Operator):
     def snapshot(self) -> bytes:
         return pack_state(
             {
-                "pta": self._pta,
-                "ge": self._ge,
-                "app": self._app,
+                "pta": self._pta.columns(),
+                "ge": self._ge.columns(),
+                "app": self._app.columns(),
                 "seen": self._seen,
                 "pta_state": pack_keyed(self._pta_state, 2 * MALLOC + 1),
                 "ge_state": pack_keyed(self._ge_state, 1),
@@ -730,7 +730,8 @@ class Memory(Operator):
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
         self._reset()
-        self._pta, self._ge, self._app = doc["pta"], doc["ge"], doc["app"]
+        self._pta, self._ge = Pending(_PTA, doc["pta"]), Pending(_GE, doc["ge"])
+        self._app = Pending(_APP, doc["app"])
         self._seen = doc["seen"]
         self._pta_state = unpack_keyed(doc["pta_state"])
         self._ge_state = unpack_keyed(doc["ge_state"])
