@@ -93,7 +93,7 @@ def write_atomic(path: Path, data: bytes) -> None:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temp, path)
+        temp.replace(path)
     except BaseException:
         with contextlib.suppress(OSError):
             temp.unlink()

@@ -102,7 +102,7 @@ class StatusServer:
 
     def __init__(self, metrics: Metrics, port: int) -> None:
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404)
                     return
