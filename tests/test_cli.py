@@ -150,17 +150,6 @@ def test_msprof_binary_form() -> None:
     assert _msprof_binary_form(["inspect", "-dir", "/p"]) is None
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["collect", "/w", "--output", "/o"],
-    ],
-)
-def test_commands_not_landed_say_so(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """Commands whose capability has not landed say "not implemented yet" and exit 2, never pretend."""
-    assert "not implemented yet" in usage_error(argv, capsys)
-
-
 def test_validate_reports_bad_option_string(capsys: pytest.CaptureFixture[str]) -> None:
     """validate exits 2 and names the option when a PROFILING_OPTIONS string is invalid."""
     err = usage_error(["validate", "--profiling-options", '{"storage_limit": "10MB"}'], capsys)

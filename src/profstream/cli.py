@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from profstream import __version__
-from profstream.errors import ConfigError, NotImplementedYetError, ProfstreamError
+from profstream.errors import ConfigError, ProfstreamError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
 #: msprof's model id for step-granular export (framework steps, tags 60000/60001).
@@ -263,12 +263,11 @@ def _check_export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         parser.error("--model-id and --iteration-id must be set simultaneously")
 
 
-def _not_yet(what: str) -> Handler:
-    def handler(_: argparse.Namespace) -> int:
-        msg = f"{what} is not implemented yet"
-        raise NotImplementedYetError(msg)
+def _collect(args: argparse.Namespace) -> int:
+    """``collect``: the collector daemon, imported only when asked for."""
+    from profstream.daemon import command
 
-    return handler
+    return command.run(args)
 
 
 def _handlers() -> dict[str, Handler]:
@@ -279,7 +278,7 @@ def _handlers() -> dict[str, Handler]:
         "inspect": commands.run_inspect,
         "simulate": commands.run_simulate,
         "demo": commands.run_demo,
-        "collect": _not_yet("collect (the collector daemon capability)"),
+        "collect": _collect,
         "cluster": commands.run_cluster,
         "validate": commands.run_validate,
     }
@@ -308,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(verbosity=args.verbose, log_format=args.log_format or "console")
     try:
         return _handlers()[args.command](args)
-    except (ConfigError, NotImplementedYetError) as exc:
+    except ConfigError as exc:
         print(f"profstream: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ProfstreamError as exc:

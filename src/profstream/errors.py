@@ -69,7 +69,3 @@ class SinkError(ProfstreamError, OSError):
 
 class InputPathError(ProfstreamError, ValueError):
     """An input path is missing, not a profiler directory, or escapes the input directory."""
-
-
-class NotImplementedYetError(ProfstreamError, NotImplementedError):
-    """A documented command whose capability has not landed yet."""

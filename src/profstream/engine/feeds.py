@@ -278,27 +278,32 @@ class _Reading:
     def _tail(self, follow: Follow) -> Iterator[pa.RecordBatch]:
         """Follow mode: a chunk at a time, :data:`WAIT` when nothing is new, to the end once closing."""
         seen: int | None = None
+        listed_closed = False  # the slices were listed after the collection closed: all are there
         while (reader := self._open()) is not None:
             fresh = seen != follow.generation
-            seen = follow.generation
+            if fresh:
+                seen, listed_closed = follow.generation, follow.closing
             batches = reader.read_available(self._chunk, rescan=fresh)
             if batches:
                 yield from batches
-            elif fresh and follow.closing:
+            elif listed_closed:
                 yield from reader.finish()
                 self._index += 1
                 self._reader = None
+                seen = None  # the next stream's reader lists its slices afresh
             else:
                 yield WAIT
 
     def position(self) -> Any:
-        """``[stream index, reader offsets or None]``, msgpack-encodable."""
-        offsets = (
-            None
-            if self._reader is None
-            else msgspec.to_builtins(self._reader.offsets(), builtin_types=(bytes,))
-        )
-        return [self._index, offsets]
+        """``[stream index, reader offsets or None]``, msgpack-encodable.
+
+        A resumed reading not opened yet still stands where it was resumed: its start offsets.
+        """
+        offsets = self._resume if self._reader is None else self._reader.offsets()
+        return [
+            self._index,
+            None if offsets is None else msgspec.to_builtins(offsets, builtin_types=(bytes,)),
+        ]
 
 
 class _Merged:

@@ -150,10 +150,12 @@ class Planner:
                     specs[at(f"{family}_raw", device_id)] = _FeedSpec(data_dir, family)
         return specs
 
-    def feed_streams(self, name: str) -> list[Stream]:
-        """The streams feed ``name`` reads, in its order (what its position indexes)."""
-        spec = self._feeds[name]
-        return self.feedset.streams(spec.data_dir, spec.family, spec.aging)
+    def feed_streams(self) -> dict[str, list[Stream]]:
+        """Every feed the plan can open and the streams it reads, in its order (what positions index)."""
+        return {
+            name: self.feedset.streams(spec.data_dir, spec.family, spec.aging)
+            for name, spec in self._feeds.items()
+        }
 
     def _open_feed(self, name: str) -> Feed:
         spec = self._feeds[name]

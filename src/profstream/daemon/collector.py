@@ -1,0 +1,726 @@
+"""``profstream collect``: follow live PROF_XXX directories and commit Parquet outputs in windows.
+
+One :class:`CollectionRunner` per collection found under the watch directory runs the engine's
+pipeline (:class:`~profstream.engine.plan.Planner`) over live feeds (``FeedSet`` follow mode: the
+growing tail of a slice is read up to its last whole record; a stream is read to its end, and the
+operators finished, once the collection has written its ``end_info`` files). Every emitted row of a
+canonical table is buffered and committed per window as new part files
+``OUT/<collection>/parquet/<table>/[device_id=N/]part-<window>.parquet`` (temporary name, rename,
+fsync), then the checkpoint (pipeline snapshot + window number) is replaced atomically
+(:mod:`profstream.daemon.checkpoint`). The pipeline emits each row once, in order, so a restart
+that drops the uncommitted windows and resumes from the snapshot produces exactly the rows after
+it: after ``kill -9`` at any moment the committed outputs equal an offline ``export --layout
+parquet`` of the same data, as multisets of rows per table.
+
+Choices (the issue leaves them open):
+
+* Planning waits until the collection can be planned as offline: its control files parse, every
+  device dir has data, and a FRAMEWORK dir has its ``profiler_info*.json`` (written when torch_npu
+  stops; it holds the framework clock). A stream that appears later, or dictionaries
+  (``hash_dic``, ``type_info_dic``, read whole when planning) that grow, make the daemon start the
+  collection over (delete its outputs and checkpoint, re-plan, re-read), which keeps the result
+  exact; once raw data was aged that is impossible, so the new stream is then ignored and logged.
+* A restart plans with the streams the checkpoint names, so the snapshot restores into the same
+  operators.
+* ``--storage-limit`` ages the watched PROF dirs with :class:`~profstream.daemon.aging.AgingPolicy`
+  after each poll. A slice the last committed checkpoint has not read past is protected; when the
+  limit forces one anyway, the gap (file, bytes, the ``.done`` start and end times) is written
+  into the checkpoint and ``gaps.json`` before the file is deleted, and logged. Without a limit
+  the daemon deletes nothing (it does not take the collector's 90 %-of-free-space default).
+* A commit that fails with ENOSPC keeps the window in memory, logs ``backpressure``, stops
+  reading that collection and retries each poll; part files it renamed are rewritten under the
+  same names, so nothing is duplicated or corrupted.
+* A decode error under ``on_invalid = "error"`` stops that collection (logged ``decode_error``);
+  the others go on. ``configs/daemon.toml`` sets ``skip`` (count, log, go on).
+* Lag is how long ago the daemon last had read everything written (0 while caught up).
+* Timeline and CSV outputs are not written by the daemon yet (Parquet only); ``--timeline-limit``
+  is accepted and ignored with a warning.
+
+Test hooks (environment): ``PROFSTREAM_COLLECT_FAULT`` holds comma-separated ``kill_mid_commit=N``
+(SIGKILL between the part files' rename and the checkpoint rename of window N),
+``kill_after_commit=N``, ``kill_after_steps=N`` (pipeline steps in this process) and
+``sleep_mid_commit=S``; ``PROFSTREAM_COLLECT_WINDOW_STEPS=N`` also commits every N steps.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import msgspec
+import pyarrow as pa
+
+from profstream import events
+from profstream.codecs._base import OnInvalid
+from profstream.daemon import checkpoint as ckpt
+from profstream.daemon.aging import MB, AgingPolicy, done_path
+from profstream.daemon.status import Metrics, StatusServer
+from profstream.engine import discovery
+from profstream.engine.feeds import Follow
+from profstream.engine.plan import TABLE_NAMES, Planner
+from profstream.engine.runtime import Pipeline
+from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
+from profstream.errors import DecodeError, InputPathError, ProfstreamError
+from profstream.sinks import ParquetSink
+
+#: event names the daemon adds (not yet in profstream.events)
+LOCK_NAME = ".profstream-collect.lock"
+GAPS_NAME = "gaps.json"
+FAULT_ENV = "PROFSTREAM_COLLECT_FAULT"
+WINDOW_STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
+#: dictionaries the planner reads whole: their growth means re-planning
+_SIDE_TABLES = ("hash_dic", "type_info_dic")
+
+
+class LockedError(ProfstreamError):
+    """Another ``profstream collect`` holds the output directory."""
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Crash points for the exactly-once tests (see the module docstring)."""
+
+    kill_mid_commit: int | None = None
+    kill_after_commit: int | None = None
+    kill_after_steps: int | None = None
+    sleep_mid_commit: float = 0.0
+
+    @classmethod
+    def from_env(cls, text: str | None) -> Faults:
+        if not text:
+            return cls()
+        fields: dict[str, Any] = {}
+        for item in text.split(","):
+            key, _, value = item.partition("=")
+            fields[key.strip()] = float(value) if key.strip() == "sleep_mid_commit" else int(value)
+        return cls(**fields)
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorConfig:
+    """Everything one daemon run needs (from settings and flags)."""
+
+    watch_dir: Path
+    output: Path
+    poll_interval_s: float = 1.0
+    window_s: float = 10.0
+    window_bytes: int = 64 * MB  # commit early once the buffered window holds this much
+    storage_limit_mb: int | None = None
+    status_port: int | None = None
+    once: bool = False
+    on_invalid: OnInvalid = "skip"
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    window_steps: int | None = None
+    faults: Faults = field(default_factory=Faults)
+
+
+def stream_key(stream: Stream) -> str:
+    """A stream's identity across discoveries: its directory, family and aging group."""
+    return f"{stream.data_dir}/{stream.family}/{stream.aging}"
+
+
+def _data_dirs(profile: discovery.Profile) -> list[discovery.DataDir]:
+    return [d for d in (profile.host, *profile.devices, profile.framework) if d is not None]
+
+
+def _stream_keys(profile: discovery.Profile) -> set[str]:
+    return {stream_key(s) for d in _data_dirs(profile) for s in d.streams}
+
+
+def _side_bytes(profile: discovery.Profile) -> int:
+    if profile.host is None:
+        return 0
+    files = [f for s in profile.host.streams if s.family in _SIDE_TABLES for f in s.files]
+    return sum(_size(f.path) for f in files)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _restricted(profile: discovery.Profile, keys: set[str]) -> discovery.Profile:
+    """``profile`` with only the streams ``keys`` names (a restart plans what the checkpoint did)."""
+
+    def keep(data_dir: discovery.DataDir | None) -> discovery.DataDir | None:
+        if data_dir is None:
+            return None
+        streams = tuple(s for s in data_dir.streams if stream_key(s) in keys)
+        return replace(data_dir, streams=streams)
+
+    devices = tuple(d for d in (keep(d) for d in profile.devices) if d is not None)
+    return replace(profile, host=keep(profile.host), devices=devices, framework=keep(profile.framework))
+
+
+def _complete(profile: discovery.Profile) -> bool:
+    """The collection wrote its end files (``end_info[.N]`` with ``.done``) in every dir."""
+    dirs = [d for d in (profile.host, *profile.devices) if d is not None]
+    return bool(dirs) and all(_has_end_info(d.path) for d in dirs)
+
+
+def _has_end_info(directory: Path) -> bool:
+    try:
+        names = {p.name for p in directory.iterdir()}
+    except FileNotFoundError:
+        return False
+    return any(n.startswith("end_info") and f"{n}.done" in names for n in names if not n.endswith(".done"))
+
+
+def _plannable(profile: discovery.Profile) -> bool:
+    if profile.framework is not None and profile.profiler_info is None:
+        return False
+    return bool(profile.devices) and all(d.streams for d in profile.devices)
+
+
+def _done_times(path: Path) -> tuple[int | None, int | None]:
+    """``starttime`` and ``endtime`` of a slice's ``.done`` (None when absent)."""
+    found: dict[str, int] = {}
+    try:
+        text = done_path(path).read_text()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None, None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if value.strip().lstrip("-").isdigit():
+            found[key.strip()] = int(value.strip())
+    return found.get("starttime"), found.get("endtime")
+
+
+def _enospc(err: BaseException) -> bool:
+    """Whether ``err`` (or what caused it: sinks wrap OS errors) is a full disk."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            return True
+        if "No space left" in str(cause):
+            return True
+        cause = cause.__cause__
+    return False
+
+
+class CollectionRunner:
+    """One collection: its live pipeline, window buffer, checkpoint and aging (module docstring)."""
+
+    def __init__(self, key: str, config: CollectorConfig, metrics: Metrics) -> None:
+        self.key = key
+        self.config = config
+        self.metrics = metrics
+        self.out = config.output / key
+        self.parquet = self.out / "parquet"
+        self.checkpoint_path = self.out / ckpt.CHECKPOINT_NAME
+        self.log = events.get_logger(component="daemon", collection=key)
+        self.follow = Follow()
+        self.profile: discovery.Profile | None = None
+        self.planner: Planner | None = None
+        self.pipeline: Pipeline | None = None
+        self.wanted: set[str] = set()
+        self.planned_keys: set[str] = set()
+        self.side_bytes = 0
+        self.window = -1
+        self.snapshot = b""
+        self.finished = False
+        self.failed = False
+        self.gaps: list[ckpt.Gap] = []
+        self.buffer: list[tuple[str, pa.RecordBatch]] = []
+        self.buffered_bytes = 0
+        self.dirty = False
+        self.steps = 0
+        self.steps_since_commit = 0
+        self.last_commit = time.monotonic()
+        self.blocked = False  # a commit failed for lack of space: retry before reading more
+        self.aged_any = False
+        self.ignored_logged = False
+        self.completed: dict[Path, float] = {}  # data files with a .done -> .done mtime
+        self.processed: set[Path] = set()
+        self.planned_files: set[Path] = set()
+        self.reported: set[Path] = set()
+        self.policy: AgingPolicy | None = None
+        self._resume = ckpt.load(self.checkpoint_path)
+        window = -1 if self._resume is None else self._resume.window
+        dropped = ckpt.drop_uncommitted(self.parquet, window)
+        if self._resume is not None:
+            self.window, self.gaps = self._resume.window, list(self._resume.gaps)
+            self.snapshot, self.finished = self._resume.snapshot, self._resume.finished
+        self.log.info(events.DIR_DISCOVERED, resumed_window=window, dropped_files=len(dropped))
+
+    # -- planning -------------------------------------------------------------------------------
+
+    def update(self, profile: discovery.Profile) -> None:
+        """Take the latest discovery of the collection: plan, re-plan, or tell the feeds to poll."""
+        self.profile = profile
+        self._scan_completed(profile)
+        if self.finished or self.failed:
+            return
+        if self.pipeline is None:
+            if self._resume is not None and self._resume.snapshot:
+                self._plan(profile, self._resume)
+            elif _plannable(profile):
+                self._plan(profile, None)
+            if self.pipeline is None:
+                return
+        if self._grew(profile):
+            if self.aged_any or self.gaps:
+                if not self.ignored_logged:
+                    new = sorted(_stream_keys(profile) - self.planned_keys)
+                    self.log.warning(
+                        events.REPLANNED, done=False, new_streams=new, reason="raw data already aged"
+                    )
+                    self.ignored_logged = True
+            else:
+                self._start_over(profile)
+        self.follow.closing = _complete(profile)
+        self.follow.poll()
+
+    def _grew(self, profile: discovery.Profile) -> bool:
+        return bool(_stream_keys(profile) - self.planned_keys) or _side_bytes(profile) != self.side_bytes
+
+    def _plan(self, profile: discovery.Profile, resume: ckpt.Checkpoint | None) -> None:
+        keys = _stream_keys(profile) if resume is None else set(resume.streams)
+        planned = _restricted(profile, keys)
+        positions = None if resume is None else Pipeline.feed_positions(resume.snapshot)
+        self.planner = Planner(
+            planned,
+            on_invalid=self.config.on_invalid,
+            chunk_bytes=self.config.chunk_bytes,
+            positions=positions,
+            follow=self.follow,
+        )
+        pipeline, wanted = self.planner.pipeline(TABLE_NAMES)
+        if resume is not None:
+            pipeline.restore(resume.snapshot)
+        self.pipeline, self.wanted = pipeline, set(wanted)
+        self.planned_keys = keys
+        self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
+        self._resume = None
+        self._frontier()
+        self.log.info(events.DIR_DISCOVERED, planned=True, streams=len(keys), tables=len(wanted))
+
+    def _start_over(self, profile: discovery.Profile) -> None:
+        """New streams or grown dictionaries before anything was aged: re-plan from the start."""
+        new = sorted(_stream_keys(profile) - self.planned_keys)
+        self.checkpoint_path.unlink(missing_ok=True)
+        ckpt.fsync_dir(self.out) if self.out.exists() else None
+        ckpt.drop_uncommitted(self.parquet, -1)
+        self.window, self.snapshot, self.buffer, self.buffered_bytes = -1, b"", [], 0
+        self.reported.clear()
+        self.pipeline = None
+        self.follow = Follow()
+        self.log.warning(events.REPLANNED, done=True, new_streams=new, side_bytes=_side_bytes(profile))
+        self._plan(profile, None)
+
+    # -- processing -----------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.pipeline is not None and not (self.finished or self.failed or self.blocked)
+
+    def pump(self, until: float) -> bool:
+        """Step the pipeline until it waits for data, ``until`` passes or a window is full.
+
+        Returns True when more is ready to be read now.
+        """
+        pipeline = self.pipeline
+        if pipeline is None or not self.active:
+            return False
+        faults = self.config.faults
+        try:
+            while not pipeline.finished and time.monotonic() < until and not self.due():
+                emits = pipeline.step()
+                self.steps += 1
+                self.steps_since_commit += 1
+                if faults.kill_after_steps is not None and self.steps >= faults.kill_after_steps:
+                    _die()
+                if pipeline.stalled:
+                    return False
+                self.dirty = True
+                for name, batch in emits:
+                    if name in pipeline.feeds:
+                        self.metrics.count(name.partition("@")[0], batch.num_rows)
+                    elif name in self.wanted:
+                        self.buffer.append((name, batch))
+                        self.buffered_bytes += batch.nbytes
+        except DecodeError as err:
+            self.failed = True
+            self.log.error(events.DECODE_ERROR, error=str(err), path=str(err.path), offset=err.offset)
+            return False
+        return not pipeline.finished
+
+    def due(self) -> bool:
+        """The buffered window should be committed now."""
+        if not self.dirty or self.pipeline is None:
+            return False
+        steps = self.config.window_steps
+        return (
+            self.pipeline.finished
+            or self.buffered_bytes >= self.config.window_bytes
+            or (steps is not None and self.steps_since_commit >= steps)
+            or time.monotonic() - self.last_commit >= self.config.window_s
+        )
+
+    @property
+    def caught_up(self) -> bool:
+        """Everything written so far is read (or can never be: not planned yet, finished, failed)."""
+        if self.pipeline is None or self.finished or self.failed:
+            return True
+        return self.pipeline.stalled and not self.blocked
+
+    # -- committing -----------------------------------------------------------------------------
+
+    def commit(self) -> bool:
+        """Commit the buffered window; False (and ``blocked``) when the output disk is full."""
+        pipeline = self.pipeline
+        if pipeline is None or not self.dirty or self.failed:
+            return True
+        window = self.window + 1
+        started = time.monotonic()
+        try:
+            paths = self._write_window(window)
+            ckpt.fsync_files(paths)
+            self._mid_commit(window)
+            snapshot = pipeline.snapshot()
+            self._save(window, snapshot, finished=pipeline.finished)
+        except OSError as err:
+            if not _enospc(err):
+                raise
+            self.blocked = True
+            self.log.warning(
+                events.BACKPRESSURE,
+                reason="no space left on the output disk",
+                window=window,
+                retry_in_s=self.config.poll_interval_s,
+                error=str(err),
+            )
+            return False
+        self.blocked = False
+        rows = sum(b.num_rows for _, b in self.buffer)
+        self.window, self.snapshot, self.finished = window, snapshot, pipeline.finished
+        self.buffer, self.buffered_bytes, self.dirty, self.steps_since_commit = [], 0, False, 0
+        self.last_commit = time.monotonic()
+        self.metrics.committed(sum(_size(p) for p in paths))
+        self.log.info(
+            events.WINDOW_COMMITTED,
+            window=window,
+            rows=rows,
+            files=len(paths),
+            finished=self.finished,
+            seconds=round(self.last_commit - started, 4),
+        )
+        self._frontier()
+        self._report_processed()
+        if self.config.faults.kill_after_commit == window:
+            _die()
+        return True
+
+    def _write_window(self, window: int) -> list[Path]:
+        """The window's part files, one per table and partition, renamed into place."""
+        tables: dict[str, list[pa.RecordBatch]] = {}
+        for stream, batch in self.buffer:
+            tables.setdefault(stream.partition("@")[0], []).append(batch)
+        paths: list[Path] = []
+        for table, batches in tables.items():
+            schema = batches[0].schema
+            partition = "device_id" if "device_id" in schema.names else None
+            sink = ParquetSink(
+                self.parquet / table, schema, partition_by=partition, file_name=ckpt.part_name(window)
+            )
+            with sink:
+                for batch in batches:
+                    sink.write(batch)
+            paths += sink.paths
+        return paths
+
+    def _mid_commit(self, window: int) -> None:
+        faults = self.config.faults
+        if faults.sleep_mid_commit:
+            time.sleep(faults.sleep_mid_commit)
+        if faults.kill_mid_commit == window:
+            _die()
+
+    def _save(self, window: int, snapshot: bytes, *, finished: bool) -> None:
+        checkpoint = ckpt.Checkpoint(
+            window=window,
+            snapshot=snapshot,
+            streams=sorted(self.planned_keys),
+            side_bytes=self.side_bytes,
+            finished=finished,
+            gaps=self.gaps,
+        )
+        ckpt.save(self.checkpoint_path, checkpoint)
+        if self.gaps:
+            ckpt.write_atomic(self.out / GAPS_NAME, msgspec.json.format(msgspec.json.encode(self.gaps)))
+
+    # -- what was read: slice progress and aging --------------------------------------------------
+
+    def _scan_completed(self, profile: discovery.Profile) -> None:
+        """Note data and control files with a ``.done`` not seen before (and tell the aging policy)."""
+        fresh: list[tuple[float, Path]] = []
+        for directory in self._raw_dirs(profile):
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            names = {e.name for e in entries}
+            for entry in entries:
+                if entry.name.endswith(".done") or f"{entry.name}.done" not in names:
+                    continue
+                path = Path(entry.path)
+                if path not in self.completed:
+                    mtime = _mtime(done_path(path))
+                    if mtime is not None:
+                        fresh.append((mtime, path))
+        for mtime, path in sorted(fresh):
+            self.completed[path] = mtime
+            if self.policy is not None:
+                self.policy.add(path, _size(path), _size(done_path(path)))
+
+    def _raw_dirs(self, profile: discovery.Profile) -> list[Path]:
+        """The PROF dir's host and device dirs and their ``data`` dirs (FRAMEWORK is not the collector's)."""
+        dirs = {d.path for d in (profile.host, *profile.devices) if d is not None}
+        dirs |= {s.data_dir for d in (profile.host, *profile.devices) if d is not None for s in d.streams}
+        return sorted(dirs)
+
+    def _frontier(self) -> None:
+        """From the committed snapshot: the raw files every planned stream has read past."""
+        self.processed, self.planned_files = set(), set()
+        if self.planner is None or self.profile is None:
+            return
+        positions = Pipeline.feed_positions(self.snapshot) if self.snapshot else {}
+        current = {stream_key(s): s for d in _data_dirs(self.profile) for s in d.streams}
+        for name, streams in self.planner.feed_streams().items():
+            files = [
+                [f.path for f in current[k].files] if (k := stream_key(s)) in current else [] for s in streams
+            ]
+            self.planned_files.update(p for group in files for p in group)
+            for index, (position, group) in enumerate(_readings(positions.get(name), len(streams))):
+                self.processed.update(_read_past(position, files[index : index + 1] if group else files))
+
+    def _report_processed(self) -> None:
+        now = time.time()
+        for path in sorted(self.processed & set(self.completed) - self.reported):
+            self.reported.add(path)
+            self.log.info(
+                events.SLICE_PROCESSED,
+                file=path.name,
+                directory=path.parent.name,
+                done_to_commit_s=round(now - self.completed[path], 4),
+            )
+
+    def protected(self, path: Path) -> bool:
+        """Not yet read past by the last commit (everything before the collection is planned)."""
+        if self.planner is None:
+            return True
+        return path in self.planned_files and path not in self.processed
+
+    def age(self, free_bytes: int) -> None:
+        """Apply the storage limit to the watched collection (protecting unread slices)."""
+        if self.policy is None:
+            return
+        self.policy.protect(self.protected)
+        decision = self.policy.to_delete(free_bytes)
+        if not decision:
+            return
+        if decision.forced:
+            gaps = [
+                ckpt.Gap(f.path.name, f.size, *_done_times(f.path), reason="storage_limit")
+                for f in decision.forced
+            ]
+            self.gaps += gaps
+            self._save(self.window, self.snapshot, finished=self.finished)  # record before deleting
+            for gap in gaps:
+                self.log.warning(
+                    events.GAP,
+                    file=gap.file,
+                    bytes=gap.bytes,
+                    start=gap.start,
+                    end=gap.end,
+                    reason=gap.reason,
+                )
+            self.metrics.add_gaps(len(gaps))
+        for victim in decision.paths:
+            victim.unlink(missing_ok=True)
+            self.completed.pop(victim, None)
+        self.aged_any = True
+        self.log.info(
+            events.AGED,
+            files=[f.path.name for f in decision.aged],
+            forced=[f.path.name for f in decision.forced],
+            bytes=decision.bytes,
+            stored_bytes=self.policy.total_bytes,
+        )
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _readings(position: Any, count: int) -> Iterator[tuple[Any, bool]]:
+    """A feed position as (reading position, one stream only?) pairs.
+
+    A plain feed's position is ``[stream index, offsets]`` over all its streams; a merged one's
+    (unaging and aging host streams) is one ``[[index, offsets], pending]`` per stream.
+    """
+    if position is None:
+        return
+    if count > 1 and isinstance(position[0], list):
+        for reading, _pending in position:
+            yield reading, True
+        return
+    yield position, False
+
+
+def _read_past(position: Any, files: list[list[Path]]) -> Iterator[Path]:
+    """Files of ``files`` (per stream, in order) that the reading at ``position`` is past."""
+    index, offsets = position
+    for number, group in enumerate(files):
+        if number < index:
+            yield from group
+        elif number == index and offsets is not None:
+            current = offsets["file"]
+            names = [p.name for p in group]
+            stop = names.index(current) if current in names else len(group)
+            yield from group[:stop]
+
+
+class Collector:
+    """The daemon: discovery, the runners, the lock, signals, the status endpoint (module docstring)."""
+
+    def __init__(self, config: CollectorConfig) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.runners: dict[str, CollectionRunner] = {}
+        self.log = events.get_logger(component="daemon", watch_dir=str(config.watch_dir))
+        self.stop = threading.Event()
+        self._lock_file: IO[str] | None = None
+        self._missing_logged = False
+        self._caught_up_at = time.monotonic()
+        self._lagging = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def _lock(self) -> None:
+        self.config.output.mkdir(parents=True, exist_ok=True)
+        path = self.config.output / LOCK_NAME
+        handle = path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            msg = f"another profstream collect (pid {holder}) is writing to {self.config.output}"
+            raise LockedError(msg) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock_file = handle
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.log.info("signal", signal=signal.Signals(signum).name, action="drain, commit, exit")
+        self.stop.set()
+
+    def run(self) -> int:
+        """Run until stopped (or, with ``once``, until everything present is processed).
+
+        Returns the exit code: 0, or 1 when a collection failed to decode.
+        """
+        self._lock()
+        server = None
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            if self.config.status_port is not None:
+                server = StatusServer(self.metrics, self.config.status_port)
+                self.log.info("status_endpoint", url=f"http://127.0.0.1:{server.port}/metrics")
+            self._loop()
+            for runner in self.runners.values():
+                self._commit(runner)
+        finally:
+            if server is not None:
+                server.close()
+            if self._lock_file is not None:
+                self._lock_file.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return 1 if any(r.failed for r in self.runners.values()) else 0
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            profiles = self._discover()
+            busy = False
+            for key, profile in profiles.items():
+                runner = self.runners[key]
+                runner.update(profile)
+                if runner.blocked:
+                    self._commit(runner)
+                busy |= runner.pump(time.monotonic() + self.config.poll_interval_s)
+                if runner.due():
+                    self._commit(runner)
+                runner.age(shutil.disk_usage(self.config.watch_dir).free)
+            self._measure_lag(profiles)
+            if self.config.once and all(self.runners[k].caught_up for k in profiles):
+                return
+            if not busy:
+                self.stop.wait(self.config.poll_interval_s)
+
+    def _commit(self, runner: CollectionRunner) -> None:
+        if not runner.commit():
+            self.stop.wait(self.config.poll_interval_s)  # the disk is full: pause before retrying
+
+    def _discover(self) -> dict[str, discovery.Profile]:
+        """The collections under the watch dir now; none while it is missing."""
+        try:
+            found = discovery.Discovery(self.config.watch_dir).profiles()
+        except (InputPathError, FileNotFoundError) as err:
+            if not self._missing_logged:
+                self.log.warning(events.WATCH_DIR_MISSING, error=str(err))
+                self._missing_logged = True
+            return {}
+        except ProfstreamError as err:  # a control file caught mid-write: try again next poll
+            self.log.debug("discovery_retry", error=str(err))
+            return {}
+        self._missing_logged = False
+        root = self.config.watch_dir.resolve()
+        profiles = {}
+        for profile in found:
+            key = str(profile.path.relative_to(root)) if profile.path != root else profile.path.name
+            if key not in self.runners:
+                runner = self.runners[key] = CollectionRunner(key, self.config, self.metrics)
+                if self.config.storage_limit_mb:
+                    runner.policy = AgingPolicy(
+                        self.config.storage_limit_mb * MB, shutil.disk_usage(self.config.watch_dir).total
+                    )
+                self.log.info(events.DIR_DISCOVERED, collection=key, path=str(profile.path))
+            profiles[key] = profile
+        return profiles
+
+    def _measure_lag(self, profiles: dict[str, discovery.Profile]) -> None:
+        now = time.monotonic()
+        if all(self.runners[k].caught_up for k in profiles):
+            self._caught_up_at = now
+        lag = now - self._caught_up_at
+        self.metrics.set(lag_s=lag)
+        lagging = lag > max(10 * self.config.poll_interval_s, self.config.window_s)
+        if lagging and not self._lagging:
+            self.log.warning(events.BACKPRESSURE, reason="reading behind the writer", lag_s=round(lag, 3))
+        self._lagging = lagging

@@ -1,0 +1,89 @@
+"""``profstream collect`` following a live simulated run: kill -9 while it runs, SIGTERM, metrics."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from profstream.simulate import SimulationConfig, live
+from tests.daemon.conftest import COLLECT, collect, daemon_parquet, offline_rows, rows
+
+CONFIG = """
+[daemon]
+poll_interval_s = 0.05
+window_s = 0.2
+"""
+
+
+def _daemon(watch: Path, out: Path, config: Path, *flags: str) -> subprocess.Popen[bytes]:
+    """The daemon in follow mode, its JSON log appended to ``OUT.log`` (a pipe could fill and block it)."""
+    argv = [*COLLECT, str(watch), "--output", str(out), "--config", str(config), "--log-format", "json", "-v"]
+    with Path(f"{out}.log").open("ab") as log:
+        return subprocess.Popen([*argv, *flags], stderr=log)
+
+
+def _wait_for(path: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "daemon.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+def _live(raw: Path, rate: float) -> threading.Thread:
+    cfg = SimulationConfig(chip="910B", steps=24, framework="none", seed=5)
+    thread = threading.Thread(target=live, args=(cfg, raw, rate), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_kill_9_while_following_a_live_run(tmp_path: Path, config: Path) -> None:
+    """The daemon follows slices as they are written, is killed twice mid-run, and still ends exact."""
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    writer = _live(raw, rate=0.4)
+    for pause in (1.0, 1.5):
+        _wait_for(raw)
+        daemon = _daemon(raw, out, config)
+        time.sleep(pause)
+        daemon.kill()
+        daemon.wait()
+    writer.join(timeout=120)
+    finished = collect(raw, out, "--once", "--config", str(config))
+    assert finished.returncode == 0, finished.stderr
+    assert rows(daemon_parquet(out)) == offline_rows(raw, tmp_path / "offline")
+
+
+def test_sigterm_commits_and_exits_0_and_metrics_are_served(tmp_path: Path, config: Path) -> None:
+    """SIGTERM drains and commits; a second instance on the same OUT is refused; /metrics answers."""
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    writer = _live(raw, rate=0.3)
+    _wait_for(raw)
+    daemon = _daemon(raw, out, config, "--status-port", "19464")
+    try:
+        time.sleep(1.5)
+        second = collect(raw, out, "--once")
+        assert second.returncode == 1
+        assert "another profstream collect" in second.stderr
+        text = urllib.request.urlopen("http://127.0.0.1:19464/metrics", timeout=5).read().decode()
+        assert "profstream_lag_seconds" in text
+        assert "profstream_records_total{family=" in text, text
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    err = Path(f"{out}.log").read_text()
+    assert daemon.returncode == 0, err
+    assert '"window_committed"' in err
+    assert '"slice_processed"' in err or '"dir_discovered"' in err
+    writer.join(timeout=120)
