@@ -167,7 +167,7 @@ class Discovery:
         return found
 
     def _profile(self, path: Path) -> Profile:
-        self._log.info(events.DIR_DISCOVERED, path=str(path))
+        self._log.debug(events.DIR_DISCOVERED, path=str(path))  # the daemon logs it once per collection
         entries = self._subdirs(path)
         host_path = next((e for e in entries if e.name == HOST_DIR), None)
         host = None
