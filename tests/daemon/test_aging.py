@@ -250,7 +250,9 @@ def test_a_protected_file_holds_back_the_newer_files_of_its_stream() -> None:
     for n in range(4):
         policy.add(_slice("hbm.data.0", n), 250)
     policy.protect(lambda path: path.name.endswith("slice_0"))
-    decision = policy.to_delete()  # 1000 stored, 100 over: slice_1 may not go before slice_0
+    assert not policy.to_delete()  # 1000 stored, 100 over the upper threshold: slice_1 may not go first
+    policy.add(_slice("hbm.data.0", 4), 250)
+    decision = policy.to_delete()  # 1250 stored, 250 over the limit itself: slice_0 is forced out
     assert [f.path.name for f in decision.forced] == ["hbm.data.0.slice_0"]
     assert decision.aged == ()
 
@@ -262,13 +264,15 @@ def test_protected_files_are_forced_out_when_nothing_else_is_left() -> None:
     policy.add(_slice("llc.data.0", 0), 300)
     policy.add(_slice("llc.data.0", 1), 300)
     policy.protect(lambda path: path.name.startswith("hbm"))
-    decision = policy.to_delete()  # 1500 stored, 700 over: llc slice_0, then hbm slice_0 and slice_1
+    # 1500 stored, 700 over the upper threshold (800), 600 over the limit: llc slice_0 goes, then
+    # protected files only until the total is back at the limit
+    decision = policy.to_delete()
     assert [f.path.name for f in decision.aged] == ["llc.data.0.slice_0"]
-    assert [f.path.name for f in decision.forced] == ["hbm.data.0.slice_0", "hbm.data.0.slice_1"]
+    assert [f.path.name for f in decision.forced] == ["hbm.data.0.slice_0"]
+    assert policy.total_bytes == 900
+    policy.protect(None)  # all processed now: down to the upper threshold
+    assert [f.path.name for f in policy.to_delete().aged] == ["hbm.data.0.slice_1"]
     assert policy.total_bytes == 600
-    policy.protect(None)
-    policy.add(_slice("llc.data.0", 2), 400)
-    assert [f.path.name for f in policy.to_delete().aged] == ["llc.data.0.slice_1"]
 
 
 def test_protection_never_overrides_the_last_file_rule() -> None:
@@ -390,7 +394,8 @@ def test_aging_invariants(ops: list[tuple[str, object, int, bool]], protecting: 
         for path in gone:
             del model.alive[path]
         assert policy.total_bytes == sum(model.alive.values())
-        if arg is None and policy.total_bytes > policy.upper_bytes:
+        # protected files are forced out only down to the limit, the others down to the upper threshold
+        if arg is None and policy.total_bytes > (policy.limit_bytes if protecting else policy.upper_bytes):
             _assert_nothing_left_to_age(model)
 
 

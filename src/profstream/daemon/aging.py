@@ -38,7 +38,11 @@ Choices where the collector is looser than the issue asks, or does not apply:
 * :meth:`AgingPolicy.protect` is the daemon's addition: protected files (slices
   the daemon has not processed yet) are aged only when nothing else can be (a
   second round over the list), and are then returned as ``forced`` so the
-  caller records the gap.
+  caller records the gap. That second round runs only while the stored total is
+  over the limit itself (or free space is under the reserve), not merely over
+  the upper threshold: the reserve is the reader's headroom, so a daemon a
+  commit behind the writer loses nothing (processed files still age from the
+  upper threshold, as in the collector).
 * The never-aged list is the one §4g gives (the current collector's); the 2021
   collector had ``step_info`` instead of ``ts_track`` and ``unaging``.
 """
@@ -222,17 +226,19 @@ class AgingPolicy:
         """Choose the files to age now, oldest first, and drop them from the books.
 
         ``free_bytes`` is the free space of the volume (None: not checked).
-        Unprotected files go first; protected ones only while the excess is
-        still not gone, and are returned as ``forced``.
+        Unprotected files go first, down to the upper threshold; protected ones
+        only while the total is still over the limit (or free space under the
+        reserve), and are returned as ``forced``.
         """
         excess = self._excess(free_bytes)
         if excess <= 0:
             return AgingDecision()
+        hard = max(self.total_bytes - self.limit_bytes, self._free_excess(free_bytes))
         aged, _ = self._age(excess, allow_protected=False)  # the first round never takes protected files
         forced: list[AgedFile] = []
         removed = sum(f.size for f in aged)
-        if removed < excess:
-            more, forced = self._age(excess - removed, allow_protected=True)
+        if removed < hard:
+            more, forced = self._age(hard - removed, allow_protected=True)
             aged += more
         return AgingDecision(tuple(aged), tuple(forced))
 
@@ -241,6 +247,9 @@ class AgingPolicy:
             return 0
         if self.total_bytes > self.upper_bytes:
             return self.total_bytes - self.upper_bytes
+        return self._free_excess(free_bytes)
+
+    def _free_excess(self, free_bytes: int | None) -> int:
         if free_bytes is not None and free_bytes < self.reserve_bytes:
             return self.reserve_bytes - free_bytes
         return 0

@@ -23,15 +23,33 @@ Choices (the issue leaves them open):
 * A restart plans with the streams the checkpoint names, so the snapshot restores into the same
   operators.
 * ``--storage-limit`` ages the watched PROF dirs with :class:`~profstream.daemon.aging.AgingPolicy`
-  after each poll. A slice the last committed checkpoint has not read past is protected; when the
-  limit forces one anyway, the gap (file, bytes, the ``.done`` start and end times) is written
-  into the checkpoint and ``gaps.json`` before the file is deleted, and logged. Without a limit
+  after each poll. A slice the pipeline has not read past is protected; one it has read past but
+  not committed yet is committed before it is deleted (a commit out of turn). When the limit
+  forces a protected slice out anyway (the stored total over the limit itself, see
+  :mod:`~profstream.daemon.aging`), the gap (file, bytes, the ``.done`` start and end times) is
+  written into the checkpoint and ``gaps.json`` before the file is deleted, and logged. Without a limit
   the daemon deletes nothing (it does not take the collector's 90 %-of-free-space default).
+* A slice the profiler ages (deletes with its ``.done``) before a commit read past it is a gap
+  too (``reason="aged_unread"``): each poll compares the listing with the ``.done`` files seen
+  before, and a vanished planned slice the committed checkpoint has not read past is recorded
+  the same way, with the size and times its ``.done`` had when first seen (the file is gone by
+  then). A slice read but not committed yet counts as lost (its rows would be lost by a crash
+  before the next commit; a reader that meets a vanished slice skips it, so its position cannot
+  tell read from skipped). The reader re-aligns on the next slice
+  (:mod:`profstream.engine.sources`), so the rows from the remaining slices are those an offline
+  export of what is left gives. Limits: a slice aged between a kill and the restart is lost
+  without a gap entry (the new process never saw its ``.done``); a vanished slice stays in the
+  storage-limit books until the end of the run.
 * A commit that fails with ENOSPC keeps the window in memory, logs ``backpressure``, stops
   reading that collection and retries each poll; part files it renamed are rewritten under the
   same names, so nothing is duplicated or corrupted.
 * A decode error under ``on_invalid = "error"`` stops that collection (logged ``decode_error``);
   the others go on. ``configs/daemon.toml`` sets ``skip`` (count, log, go on).
+* A collection directory that vanishes while its feeds read it (the watch dir unmounted or
+  moved away) leaves the readers unusable (a stream reader takes a vanished slice for an aged
+  one, a vanished directory raises), so the runner is dropped and a fresh one resumes from the
+  last commit when the directory is back; nothing uncommitted was written. While the watch dir
+  is missing the daemon logs it once and waits.
 * Lag is how long ago the daemon last had read everything written (0 while caught up).
 * Timeline and CSV outputs are not written by the daemon yet (Parquet only); ``--timeline-limit``
   is accepted and ignored with a warning.
@@ -236,6 +254,7 @@ class CollectionRunner:
         self.snapshot = b""
         self.finished = False
         self.failed = False
+        self.lost: str | None = None  # why the pipeline cannot go on (its directory vanished)
         self.gaps: list[ckpt.Gap] = []
         self.buffer: list[tuple[str, pa.RecordBatch]] = []
         self.buffered_bytes = 0
@@ -247,6 +266,7 @@ class CollectionRunner:
         self.aged_any = False
         self.ignored_logged = False
         self.completed: dict[Path, float] = {}  # data files with a .done -> .done mtime
+        self.done_info: dict[Path, tuple[int, int | None, int | None]] = {}  # size, .done times
         self.processed: set[Path] = set()
         self.planned_files: set[Path] = set()
         self.reported: set[Path] = set()
@@ -264,7 +284,9 @@ class CollectionRunner:
     def update(self, profile: discovery.Profile) -> None:
         """Take the latest discovery of the collection: plan, re-plan, or tell the feeds to poll."""
         self.profile = profile
-        self._scan_completed(profile)
+        vanished = self._scan_completed(profile)
+        if vanished:
+            self._vanished(vanished)
         if self.finished or self.failed:
             return
         if self.pipeline is None:
@@ -328,7 +350,7 @@ class CollectionRunner:
 
     @property
     def active(self) -> bool:
-        return self.pipeline is not None and not (self.finished or self.failed or self.blocked)
+        return self.pipeline is not None and not (self.finished or self.failed or self.blocked or self.lost)
 
     def pump(self, until: float) -> bool:
         """Step the pipeline until it waits for data, ``until`` passes or a window is full.
@@ -338,27 +360,38 @@ class CollectionRunner:
         pipeline = self.pipeline
         if pipeline is None or not self.active:
             return False
-        faults = self.config.faults
         try:
-            while not pipeline.finished and time.monotonic() < until and not self.due():
-                emits = pipeline.step()
-                self.steps += 1
-                self.steps_since_commit += 1
-                if faults.kill_after_steps is not None and self.steps >= faults.kill_after_steps:
-                    _die()
-                if pipeline.stalled:
-                    return False
-                self.dirty = True
-                for name, batch in emits:
-                    if name in pipeline.feeds:
-                        self.metrics.count(name.partition("@")[0], batch.num_rows)
-                    elif name in self.wanted:
-                        self.buffer.append((name, batch))
-                        self.buffered_bytes += batch.nbytes
+            more = self._step_until(pipeline, until)
         except DecodeError as err:
             self.failed = True
             self.log.error(events.DECODE_ERROR, error=str(err), path=str(err.path), offset=err.offset)
             return False
+        except FileNotFoundError as err:
+            self.lost = str(err)
+            return False
+        if self.profile is not None and not self.profile.path.is_dir():
+            self.lost = f"{self.profile.path} vanished while it was read"
+            return False
+        return more
+
+    def _step_until(self, pipeline: Pipeline, until: float) -> bool:
+        """The stepping loop of :meth:`pump` (True when more is ready to be read now)."""
+        faults = self.config.faults
+        while not pipeline.finished and time.monotonic() < until and not self.due():
+            emits = pipeline.step()
+            self.steps += 1
+            self.steps_since_commit += 1
+            if faults.kill_after_steps is not None and self.steps >= faults.kill_after_steps:
+                _die()
+            if pipeline.stalled:
+                return False
+            self.dirty = True
+            for name, batch in emits:
+                if name in pipeline.feeds:
+                    self.metrics.count(name.partition("@")[0], batch.num_rows)
+                elif name in self.wanted:
+                    self.buffer.append((name, batch))
+                    self.buffered_bytes += batch.nbytes
         return not pipeline.finished
 
     def due(self) -> bool:
@@ -467,15 +500,19 @@ class CollectionRunner:
 
     # -- what was read: slice progress and aging --------------------------------------------------
 
-    def _scan_completed(self, profile: discovery.Profile) -> None:
-        """Note data and control files with a ``.done`` not seen before (and tell the aging policy)."""
+    def _scan_completed(self, profile: discovery.Profile) -> list[Path]:
+        """Note data and control files with a ``.done`` not seen before (and tell the aging policy).
+
+        Returns the noted files that are gone from their directory (deleted by someone else).
+        """
         fresh: list[tuple[float, Path]] = []
+        listed: dict[Path, set[str]] = {}
         for directory in self._raw_dirs(profile):
             try:
                 entries = list(os.scandir(directory))
             except FileNotFoundError:
                 continue
-            names = {e.name for e in entries}
+            names = listed[directory] = {e.name for e in entries}
             for entry in entries:
                 if entry.name.endswith(".done") or f"{entry.name}.done" not in names:
                     continue
@@ -486,8 +523,25 @@ class CollectionRunner:
                         fresh.append((mtime, path))
         for mtime, path in sorted(fresh):
             self.completed[path] = mtime
+            self.done_info[path] = (_size(path), *_done_times(path))
             if self.policy is not None:
-                self.policy.add(path, _size(path), _size(done_path(path)))
+                self.policy.add(path, self.done_info[path][0], _size(done_path(path)))
+        return [p for p in self.completed if p.parent in listed and p.name not in listed[p.parent]]
+
+    def _vanished(self, paths: list[Path]) -> None:
+        """Slices deleted by someone else (the profiler's aging): a gap unless a commit read past them.
+
+        Before planning every slice counts as unread. Only the committed frontier counts: a reader
+        that meets a vanished slice skips it, so its position cannot tell read from skipped.
+        """
+        gaps = []
+        for path in sorted(paths):
+            self.completed.pop(path)
+            size, start, end = self.done_info.pop(path)
+            if self.planner is None or (path in self.planned_files and path not in self.processed):
+                gaps.append(ckpt.Gap(path.name, size, start, end, reason="aged_unread"))
+        if gaps:
+            self._record_gaps(gaps)
 
     def _raw_dirs(self, profile: discovery.Profile) -> list[Path]:
         """The PROF dir's host and device dirs and their ``data`` dirs (FRAMEWORK is not the collector's)."""
@@ -497,18 +551,34 @@ class CollectionRunner:
 
     def _frontier(self) -> None:
         """From the committed snapshot: the raw files every planned stream has read past."""
-        self.processed, self.planned_files = set(), set()
-        if self.planner is None or self.profile is None:
-            return
         positions = Pipeline.feed_positions(self.snapshot) if self.snapshot else {}
-        current = {stream_key(s): s for d in _data_dirs(self.profile) for s in d.streams}
+        if self.profile is not None:
+            self.planned_files, self.processed = self._read_past(positions, self.profile)
+
+    def _read_now(self, profile: discovery.Profile) -> set[Path]:
+        """Files read past by the last commit or by the running pipeline (not committed yet)."""
+        if self.pipeline is None:
+            return self.processed
+        live = {name: feed.position() for name, feed in self.pipeline.feeds.items()}
+        return self.processed | self._read_past(msgspec.to_builtins(live, builtin_types=(bytes,)), profile)[1]
+
+    def _read_past(
+        self, positions: dict[str, Any], profile: discovery.Profile
+    ) -> tuple[set[Path], set[Path]]:
+        """The planned streams' files in ``profile``, and those the feeds at ``positions`` have read past."""
+        planned: set[Path] = set()
+        past: set[Path] = set()
+        if self.planner is None:
+            return planned, past
+        current = {stream_key(s): s for d in _data_dirs(profile) for s in d.streams}
         for name, streams in self.planner.feed_streams().items():
             files = [
                 [f.path for f in current[k].files] if (k := stream_key(s)) in current else [] for s in streams
             ]
-            self.planned_files.update(p for group in files for p in group)
+            planned.update(p for group in files for p in group)
             for index, (position, group) in enumerate(_readings(positions.get(name), len(streams))):
-                self.processed.update(_read_past(position, files[index : index + 1] if group else files))
+                past.update(_read_past(position, files[index : index + 1] if group else files))
+        return planned, past
 
     def _report_processed(self) -> None:
         now = time.time()
@@ -521,40 +591,54 @@ class CollectionRunner:
                 done_to_commit_s=round(now - self.completed[path], 4),
             )
 
-    def protected(self, path: Path) -> bool:
-        """Not yet read past by the last commit (everything before the collection is planned)."""
-        if self.planner is None:
-            return True
-        return path in self.planned_files and path not in self.processed
+    def _slice_info(self, path: Path) -> tuple[int, int | None, int | None]:
+        """A slice's size and ``.done`` times, as first seen."""
+        if path in self.done_info:
+            return self.done_info[path]
+        return (_size(path), *_done_times(path))
+
+    def _record_gaps(self, gaps: list[ckpt.Gap]) -> None:
+        """Make lost raw data durable (checkpoint and ``gaps.json``) and log it."""
+        self.gaps += gaps
+        self._save(self.window, self.snapshot, finished=self.finished)
+        for gap in gaps:
+            self.log.warning(
+                events.GAP, file=gap.file, bytes=gap.bytes, start=gap.start, end=gap.end, reason=gap.reason
+            )
+        self.metrics.add_gaps(len(gaps))
 
     def age(self, free_bytes: int) -> None:
         """Apply the storage limit to the watched collection (protecting unread slices)."""
         if self.policy is None:
             return
-        self.policy.protect(self.protected)
+        read: set[Path] | None = None
+
+        def protected(path: Path) -> bool:  # not read yet (everything before the collection is planned)
+            nonlocal read
+            if self.planner is None or self.profile is None:
+                return True
+            if path not in self.planned_files:
+                return False
+            if read is None:
+                read = self._read_now(self.profile)
+            return path not in read
+
+        self.policy.protect(protected)
         decision = self.policy.to_delete(free_bytes)
         if not decision:
             return
+        if self.dirty and not set(decision.paths) & self.planned_files <= self.processed:
+            self.commit()  # what the pipeline read but did not commit yet must be durable first
         if decision.forced:
             gaps = [
-                ckpt.Gap(f.path.name, f.size, *_done_times(f.path), reason="storage_limit")
+                ckpt.Gap(f.path.name, *self._slice_info(f.path), reason="storage_limit")
                 for f in decision.forced
             ]
-            self.gaps += gaps
-            self._save(self.window, self.snapshot, finished=self.finished)  # record before deleting
-            for gap in gaps:
-                self.log.warning(
-                    events.GAP,
-                    file=gap.file,
-                    bytes=gap.bytes,
-                    start=gap.start,
-                    end=gap.end,
-                    reason=gap.reason,
-                )
-            self.metrics.add_gaps(len(gaps))
+            self._record_gaps(gaps)  # before deleting
         for victim in decision.paths:
             victim.unlink(missing_ok=True)
             self.completed.pop(victim, None)
+            self.done_info.pop(victim, None)
         self.aged_any = True
         self.log.info(
             events.AGED,
@@ -674,9 +758,20 @@ class Collector:
                 if runner.blocked:
                     self._commit(runner)
                 busy |= runner.pump(time.monotonic() + self.config.poll_interval_s)
+                if runner.lost is not None:
+                    self.log.warning(
+                        events.WATCH_DIR_MISSING,
+                        collection=key,
+                        error=runner.lost,
+                        action="resume from the last commit",
+                    )
+                    self.runners[key] = self._runner(key)
+                    continue
                 if runner.due():
                     self._commit(runner)
-                runner.age(shutil.disk_usage(self.config.watch_dir).free)
+                free = self._free_bytes()
+                if free is not None:
+                    runner.age(free)
             self._measure_lag(profiles)
             if self.config.once and all(self.runners[k].caught_up for k in profiles):
                 return
@@ -705,14 +800,31 @@ class Collector:
         for profile in found:
             key = str(profile.path.relative_to(root)) if profile.path != root else profile.path.name
             if key not in self.runners:
-                runner = self.runners[key] = CollectionRunner(key, self.config, self.metrics)
-                if self.config.storage_limit_mb:
-                    runner.policy = AgingPolicy(
-                        self.config.storage_limit_mb * MB, shutil.disk_usage(self.config.watch_dir).total
-                    )
+                self.runners[key] = self._runner(key)
                 self.log.info(events.DIR_DISCOVERED, collection=key, path=str(profile.path))
             profiles[key] = profile
         return profiles
+
+    def _runner(self, key: str) -> CollectionRunner:
+        """A runner for collection ``key``, resuming from its checkpoint if it has one."""
+        runner = CollectionRunner(key, self.config, self.metrics)
+        if self.config.storage_limit_mb:
+            runner.policy = AgingPolicy(self.config.storage_limit_mb * MB, self._volume_bytes())
+        return runner
+
+    def _volume_bytes(self) -> int:
+        """Size of the watched volume (the nearest existing parent's while the watch dir is missing)."""
+        path = self.config.watch_dir.absolute()
+        while not path.exists():
+            path = path.parent
+        return shutil.disk_usage(path).total
+
+    def _free_bytes(self) -> int | None:
+        """Free space of the watched volume; None while the watch dir is missing."""
+        try:
+            return shutil.disk_usage(self.config.watch_dir).free
+        except FileNotFoundError:
+            return None
 
     def _measure_lag(self, profiles: dict[str, discovery.Profile]) -> None:
         now = time.monotonic()

@@ -283,7 +283,8 @@ class _Reading:
             fresh = seen != follow.generation
             if fresh:
                 seen, listed_closed = follow.generation, follow.closing
-            batches = reader.read_available(self._chunk, rescan=fresh)
+            # one batch per call: position() must not run ahead of the batches handed over
+            batches = reader.read_available(1, rescan=fresh)
             if batches:
                 yield from batches
             elif listed_closed:
