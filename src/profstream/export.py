@@ -244,11 +244,10 @@ def _default_root(collection: discovery.Profile, layout: Layout) -> Path:
 
 
 def _process_id(collection: discovery.Profile) -> int:
-    for data_dir in (collection.host, *collection.devices):
-        if data_dir is not None and data_dir.metadata is not None:
-            pid = data_dir.metadata.info.pid
-            if isinstance(pid, int) or (isinstance(pid, str) and pid.isdigit()):
-                return int(pid) & ((1 << 22) - 1)
+    for control in collection.controls:
+        pid = control.info.pid
+        if isinstance(pid, int) or (isinstance(pid, str) and pid.isdigit()):
+            return int(pid) & ((1 << 22) - 1)
     return 0
 
 
@@ -342,10 +341,7 @@ class _Span:
     """Progress as the share of the collection's time span the pipeline has passed."""
 
     def __init__(self, collection: discovery.Profile) -> None:
-        meta = next(
-            (d.metadata for d in (collection.host, *collection.devices) if d is not None and d.metadata),
-            None,
-        )
+        meta = collection.controls[0] if collection.controls else None
         self.start = meta.start_info.clock_monotonic_raw if meta else 0
         end = meta.end_info.clock_monotonic_raw if meta and meta.end_info else 0
         self.end = max(end, self.start + 1)
@@ -419,9 +415,7 @@ def _profiler_info(collection: discovery.Profile, base: Path) -> list[Path]:
                 copied.append(base / found.name)
                 shutil.copyfile(found, copied[-1])
         return copied
-    rank = next(
-        (d.metadata.info.rank_id for d in (collection.host, *collection.devices) if d and d.metadata), -1
-    )
+    rank = collection.controls[0].info.rank_id if collection.controls else -1
     target = base / ("profiler_info.json" if rank < 0 else f"profiler_info_{rank}.json")
     target.write_bytes(msgspec.json.encode({"rank_id": rank}))
     return [target]

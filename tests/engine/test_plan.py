@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import profstream
+from profstream.engine.discovery import Profile
 from profstream.engine.plan import TABLE_NAMES, Planner
 from profstream.engine.runtime import Pipeline
 from profstream.engine.schema import NO_ID
@@ -102,14 +103,21 @@ def _rows(emits: list[tuple[str, pa.RecordBatch]]) -> dict[str, list[dict[str, o
     return rows
 
 
-@pytest.mark.parametrize("fraction", [0.25, 0.6])
-def test_a_snapshot_resumes_every_operator_exactly(run: tuple[Path, Path], fraction: float) -> None:
-    """Stop the whole pipeline part way, snapshot, rebuild from the snapshot: the output is unchanged."""
+def _uninterrupted(
+    run: tuple[Path, Path],
+) -> tuple[Profile, list[str], dict[str, list[dict[str, object]]], int]:
+    """Every table of the run's collection in one uninterrupted pipeline: its rows and step count."""
     collection = profstream.open(run[0]).collections[0]
     tables = list(TABLE_NAMES)
     pipeline, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
     emits, count = _drain(pipeline, wanted)
-    whole = _rows(emits)
+    return collection, tables, _rows(emits), count
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.6])
+def test_a_snapshot_resumes_every_operator_exactly(run: tuple[Path, Path], fraction: float) -> None:
+    """Stop the whole pipeline part way, snapshot, rebuild from the snapshot: the output is unchanged."""
+    collection, tables, whole, count = _uninterrupted(run)
     first, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
     before, _ = _drain(first, wanted, stop=int(count * fraction))
     blob = first.snapshot()
@@ -147,11 +155,7 @@ def test_a_resumed_pipeline_can_be_snapshot_and_resumed_again(run: tuple[Path, P
     A resumed feed that has not reopened its reader yet must still report the offsets it resumes
     from, or the second resume re-reads that stream from the start.
     """
-    collection = profstream.open(run[0]).collections[0]
-    tables = list(TABLE_NAMES)
-    pipeline, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
-    emits, count = _drain(pipeline, wanted)
-    whole = _rows(emits)
+    collection, tables, whole, count = _uninterrupted(run)
     first, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
     before, _ = _drain(first, wanted, stop=count // 3)
     blob = first.snapshot()

@@ -100,11 +100,17 @@ class Profile:
         return DeviceClock.from_metadata(data_dir.metadata, host_sync=borrowed)
 
     @property
-    def wall_offset_ns(self) -> int:
-        """Unix ns minus host monotonic ns: the host start_info's, else the first device's (msprof's
-        ``GetLocalTime``, msprof_outputs.md §3.5); 0 without either."""
+    def controls(self) -> tuple[DirMetadata, ...]:
+        """The control files of the host dir, then of each device dir: collection-wide values are
+        read from the first (msprof's ``GetLocalTime`` takes the host start_info, else device 0's)."""
         dirs = (self.host, *self.devices)
-        return next((d.metadata.start_info.wall_offset_ns for d in dirs if d and d.metadata), 0)
+        return tuple(d.metadata for d in dirs if d is not None and d.metadata is not None)
+
+    @property
+    def wall_offset_ns(self) -> int:
+        """Unix ns minus host monotonic ns of the first control files (msprof_outputs.md §3.5); 0 without."""
+        controls = self.controls
+        return controls[0].start_info.wall_offset_ns if controls else 0
 
     def framework_clock(self) -> FrameworkClock:
         """torch_npu's conversion: host/info.json, host/host_start.log, the CANN start_info."""

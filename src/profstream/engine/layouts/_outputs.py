@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,6 +90,16 @@ def stamp(header: str, source: Source, null: str = "N/A") -> Cell:
 
 
 Format = Literal["csv", "json"]
+
+
+def split_by(batch: pa.RecordBatch, keys: pa.Array) -> Iterator[tuple[Any, pa.RecordBatch]]:
+    """The rows of each key value in ``batch`` (usually a batch holds one, returned as is)."""
+    low, high = pc.min_max(keys).values()
+    if low.as_py() == high.as_py():
+        yield low.as_py(), batch
+        return
+    for key in pc.unique(keys).to_pylist():
+        yield key, batch.filter(pc.equal(keys, key))
 
 
 class Output(ABC):
@@ -193,13 +203,8 @@ class SummaryOutput(Output):
         if self._spool is None:
             self._emit(batch)
             return
-        keys = self._key(batch)
-        first, last = pc.min_max(keys).values()
-        if first == last:
-            self._spool.write(first.as_py(), batch)
-            return
-        for key in pc.unique(keys).to_pylist():
-            self._spool.write(key, batch.filter(pc.equal(keys, key)))
+        for key, rows in split_by(batch, self._key(batch)):
+            self._spool.write(key, rows)
 
     def _emit(self, batch: pa.RecordBatch) -> None:
         if self._frame is not None:

@@ -47,7 +47,7 @@ from profstream.engine.layouts._outputs import (
     TimelineOutput,
     stamp,
 )
-from profstream.engine.layouts.timeline import StepTrace, cann_layers, text
+from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, text
 from profstream.engine.operators.statistics import TaskWaitTime, sub_task_parents
 from profstream.engine.schema import NO_ID, conform, tasks_schema
 from profstream.sinks import SliceNaming, msprof_slice_names
@@ -143,7 +143,7 @@ def task_cells(context: Context, names: dict[str, str], *, level0: bool = False)
         Cell(head("OP State"), "op_state"),
         Cell(head("Task Type"), "task_type"),
         stamp(head("Task Start Time(us)"), "start_ns"),
-        Cell(head("Task Duration(us)"), _duration, "duration_us"),
+        Cell(head("Task Duration(us)"), duration, "duration_us"),
         Cell(head("Task Wait Time(us)"), "wait_ns", "duration_us"),
         Cell(head("Block Num"), "block_dim"),
     ]
@@ -164,10 +164,6 @@ def task_cells(context: Context, names: dict[str, str], *, level0: bool = False)
         return [cell for cell in cells if cell.header in {head(h) for h in LEVEL0_HEADERS}]
     cells += [Cell(metric_header(name), name) for name in context.metric_columns]
     return cells
-
-
-def _duration(batch: pa.RecordBatch) -> pa.Array:
-    return pc.subtract(batch.column("end_ns"), batch.column("start_ns"))
 
 
 class TaskRows(SummaryOutput):
@@ -287,11 +283,7 @@ def op_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
     return _statistic_cells(head)
 
 
-def _source(name: str) -> pa.Array:
-    return pa.array([name])
-
-
-def _device_type(batch: pa.RecordBatch) -> pa.Array:
+def device_type(batch: pa.RecordBatch) -> pa.Array:
     """``NPU:{device}``, as the memory files print the device."""
     return pc.binary_join_element_wise("NPU:", text(batch.column("device_id")), "")
 
@@ -307,7 +299,6 @@ class StepTraceCsv(SummaryOutput):
             msprof_slice_names("step_trace", context.timestamp, suffix),
             [],
             fmt=fmt,
-            rows=self._iterations,
             by_device=False,
         )
         self._held: list[pa.RecordBatch] = []
@@ -334,9 +325,13 @@ class StepTraceCsv(SummaryOutput):
             stamp("FP Start(us)", "fp_ns"),
             stamp("BP End(us)", "bp_ns"),
             stamp("Iteration End(us)", "end_ns"),
-            Cell("Iteration Time(us)", lambda b: _between(b, "start_ns", "end_ns"), "duration_us"),
-            Cell("FP to BP Time(us)", lambda b: _between(b, "fp_ns", "bp_ns"), "duration_us"),
-            Cell("Iteration Refresh(us)", lambda b: _between(b, "bp_ns", "end_ns"), "duration_us"),
+            Cell("Iteration Time(us)", duration, "duration_us"),
+            Cell("FP to BP Time(us)", functools.partial(duration, start="fp_ns", end="bp_ns"), "duration_us"),
+            Cell(
+                "Iteration Refresh(us)",
+                functools.partial(duration, start="bp_ns", end="end_ns"),
+                "duration_us",
+            ),
             Cell("Data Aug Bound(us)", "data_aug_ns", "duration_us"),
             Cell("Model ID", "model_id"),
         ]
@@ -348,10 +343,6 @@ class StepTraceCsv(SummaryOutput):
         for batch in table.combine_chunks().to_batches():
             self._emit(batch)
         return super().close()
-
-
-def _between(batch: pa.RecordBatch, start: str, end: str) -> pa.Array:
-    return pc.subtract(batch.column(end), batch.column(start))
 
 
 def _reduce(batch: pa.RecordBatch, k: int, which: str) -> pa.Array:
@@ -412,7 +403,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 ),
                 Cell("stream_id", "stream_id"),
                 Cell("task_id", "task_id"),
-                Cell("task_time(us)", _duration, "duration_us"),
+                Cell("task_time(us)", duration, "duration_us"),
                 stamp("task_start(us)", "start_ns"),
                 stamp("task_stop(us)", "end_ns"),
             ],
@@ -478,7 +469,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                         pc.divide(pc.cast(b.column("total_reserved_bytes"), pa.float64()), 1024.0), -1.0
                     ),
                 ),
-                Cell("Device", _device_type),
+                Cell("Device", device_type),
             ],
             fmt=fmt,
         ),
@@ -492,7 +483,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 stamp("Timestamp(us)", "time_ns"),
                 kilobytes("Total Allocated(KB)", "total_allocated"),
                 kilobytes("Total Reserved(KB)", "total_reserved"),
-                Cell("Device", _device_type),
+                Cell("Device", device_type),
             ],
             fmt=fmt,
             rows=lambda b: b.filter(pc.equal(text(b.column("component")), "GE")),
@@ -511,7 +502,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 kilobytes("Allocation Total Reserved(KB)", "alloc_total_reserved"),
                 kilobytes("Release Total Allocated(KB)", "release_total_allocated"),
                 kilobytes("Release Total Reserved(KB)", "release_total_reserved"),
-                Cell("Device", _device_type),
+                Cell("Device", device_type),
             ],
             fmt=fmt,
             rows=lambda b: b.filter(pc.equal(text(b.column("source")), "GE")),

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profstream.engine.layouts._outputs import Context, EventBuilder, Processes
+from profstream.engine.layouts._outputs import Context, EventBuilder, Processes, split_by
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents
 from profstream.sinks.chrome_trace import Events
@@ -70,13 +70,7 @@ def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def per_device(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The rows of each device in ``batch`` (usually one)."""
-    devices = batch.column("device_id")
-    low, high = pc.min_max(devices).values()
-    if low.as_py() == high.as_py():
-        yield low.as_py(), batch
-        return
-    for device in pc.unique(devices).to_pylist():
-        yield device, batch.filter(pc.equal(devices, device))
+    return split_by(batch, batch.column("device_id"))
 
 
 def local(context: Context, ns: pa.Array) -> pa.Array:

@@ -38,6 +38,7 @@ from profstream.engine.layouts.msprof import (
     TaskRows,
     WaitTime,
     api_statistic_cells,
+    device_type,
     op_statistic_cells,
     scaled,
     task_cells,
@@ -257,9 +258,7 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                         pc.fill_null(pc.cast(b.column("total_reserved_bytes"), pa.float64()), -1024.0), MB
                     ),
                 ),
-                Cell(
-                    "Device", lambda b: pc.binary_join_element_wise("NPU:", text(b.column("device_id")), "")
-                ),
+                Cell("Device", device_type),
             ],
         ),
     ]
