@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +66,18 @@ def test_corrupt_input_exits_1_naming_the_file(
     err = capsys.readouterr().err
     assert victim.name in err and "offset" in err
     assert not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+def test_the_timeline_is_the_same_bytes_whatever_the_hash_seed(graph_run: Run, tmp_path: Path) -> None:
+    """Two runs write the same events in the same order (Python's string hashing varies per process)."""
+    outputs = []
+    for seed in ("1", "2"):
+        out = tmp_path / seed
+        code = (
+            "import sys; from profstream.export import export; "
+            "export(sys.argv[1], kind='timeline', layout='torch_npu', output=sys.argv[2])"
+        )
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        subprocess.run([sys.executable, "-c", code, str(graph_run.raw), str(out)], check=True, env=env)
+        outputs.append((out / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_bytes())
+    assert outputs[0] == outputs[1]

@@ -275,5 +275,6 @@ class Planner:
             needed[id(op)] = op
             todo += list(op.inputs)
         kept = [op for op in operators if id(op) in needed]
-        ordered = sorted(feeds, key=lambda n: self._feeds[n].follows is not None)  # leaders first
+        # leaders first, then by name: a set iterates in hash order, which differs from run to run
+        ordered = sorted(feeds, key=lambda n: (self._feeds[n].follows is not None, n))
         return Pipeline([self._open_feed(n) for n in ordered], kept), wanted
