@@ -108,12 +108,38 @@ def scenario_tables(chip: str, size_mb: int) -> Callable[[Path], Result]:
     return go
 
 
+def scenario_export(kind: str) -> Callable[[str, int], Callable[[Path], Result]]:
+    """``export timeline|summary`` (msprof layout) of a simulated run, as issue #5 measures it."""
+
+    def factory(chip: str, size_mb: int) -> Callable[[Path], Result]:
+        def go(work: Path) -> Result:
+            src = simulated(work, chip, size_mb)
+            argv = [
+                "export",
+                kind,
+                "-dir",
+                str(src),
+                "--output",
+                str(work / f"export-{kind}-{chip}-{size_mb}"),
+            ]
+            wall, rss = run(argv)
+            return Result(
+                f"export {kind} {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(src)
+            )
+
+        return go
+
+    return factory
+
+
 SCENARIOS: dict[str, Callable[[Path], Result]] = {
     f"{kind}-{chip}-{size}MB": factory(chip, size)
     for kind, factory in (
         ("simulate", scenario_simulate),
         ("inspect", scenario_inspect),
         ("tables", scenario_tables),
+        ("export-summary", scenario_export("summary")),
+        ("export-timeline", scenario_export("timeline")),
     )
     for chip in ("910A", "910B")
     for size in (100, 1024, 5120, 10240)
