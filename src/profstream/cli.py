@@ -204,7 +204,20 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("watch_dir", metavar="WATCH_DIR")
     collect.add_argument("--output", required=True, metavar="OUT")
     collect.add_argument("--storage-limit", type=_int_in(200, 4294967295, "--storage-limit"), metavar="MB")
-    collect.add_argument("--timeline-limit", type=_int_in(1, None, "--timeline-limit"), metavar="MB")
+    collect.add_argument(
+        "--timeline-limit",
+        type=_int_in(1, None, "--timeline-limit"),
+        metavar="MB",
+        help="cap on the window directories' timeline files together; oldest windows go first (default 500)",
+    )
+    collect.add_argument(
+        "--layout",
+        dest="window_layout",
+        choices=("auto", "msprof", "torch_npu", "parquet"),
+        default="auto",
+        help="layout of the per-window timeline and CSV directories (auto: torch_npu with FRAMEWORK data, "
+        "else msprof; parquet: Parquet parts only)",
+    )
     collect.add_argument("--status-port", type=_int_in(1, 65535, "--status-port"), metavar="PORT")
     collect.add_argument("--once", action="store_true", help="process what is there, then exit")
 

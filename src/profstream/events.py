@@ -38,7 +38,6 @@ DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
 REPLANNED: Final = "replanned"  # a collection re-planned from the start (a new stream, grown dictionaries)
 WATCH_DIR_MISSING: Final = "watch_dir_missing"
-OPTION_IGNORED: Final = "option_ignored"  # a flag a mode accepts but cannot honour yet
 # Configuration
 OPTION_COERCED: Final = "option_coerced"  # an option value the product reads as another (aicpu -> off)
 # Cluster

@@ -149,7 +149,7 @@ Progress = Callable[[float], None]
 
 
 @dataclass
-class _Router:
+class Router:
     """Routes pipeline batches to outputs, filtering by the window and recomputing statistics."""
 
     outputs: Sequence[Output]
@@ -251,7 +251,8 @@ def _process_id(collection: discovery.Profile) -> int:
     return 0
 
 
-def _context(collection: discovery.Profile, out_dir: Path, window: tuple[int, int] | None) -> Context:
+def layout_context(collection: discovery.Profile, out_dir: Path, window: tuple[int, int] | None) -> Context:
+    """What the layout outputs of ``collection`` need to know (the daemon builds it once per collection)."""
     planner = Planner(collection)
     devices = tuple(d.device_id for d in collection.devices if d.device_id is not None)
     metrics = planner.metric_columns(devices[0]) if devices else []
@@ -268,7 +269,8 @@ def _context(collection: discovery.Profile, out_dir: Path, window: tuple[int, in
     )
 
 
-def _level0(collection: discovery.Profile) -> bool:
+def is_level0(collection: discovery.Profile) -> bool:
+    """torch_npu ran at Level0 (its layout then prunes the CANN layer)."""
     info = collection.profiler_info
     return info is not None and info.config.experimental_config.profiler_level == "Level0"
 
@@ -288,14 +290,14 @@ def _export_one(
 ) -> CollectionReport:
     window = _window(collection, selection, on_invalid, chunk_bytes)
     out_dir = base / OUTPUT_DIRS[layout]
-    context = _context(collection, out_dir, window)
+    context = layout_context(collection, out_dir, window)
     mb = 1 << 20
     limits = Limits(
         max_file_bytes=settings.timeline_file_mb * mb,
         max_file_events=settings.timeline_file_events,
         budget_bytes=settings.timeline_limit_mb * mb,
     )
-    built = outputs(context, layout, kind, fmt=fmt, level0=_level0(collection), limits=limits)
+    built = outputs(context, layout, kind, fmt=fmt, level0=is_level0(collection), limits=limits)
     tables = {table for output in built for table in output.tables}
     statistics: dict[str, list[Operator]] = {}
     if window is not None:
@@ -304,7 +306,7 @@ def _export_one(
                 tables.discard(table)
                 tables.add(source)
                 statistics.setdefault(source, []).extend(_aggregators(table, context.devices))
-    router = _Router(built, window, statistics)
+    router = Router(built, window, statistics)
     pipeline, streams = Planner(collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes).pipeline(
         sorted(tables)
     )
@@ -426,7 +428,7 @@ def _report(
     *,
     out_dir: Path,
     devices: Sequence[int],
-    router: _Router,
+    router: Router,
     built: Sequence[Output],
     paths: Sequence[Path],
     window: tuple[int, int] | None,

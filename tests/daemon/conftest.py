@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
+from profstream.engine.layouts import Layout, is_timeline
 from profstream.export import export
 
 COLLECT = [sys.executable, "-c", "from profstream.cli import main; raise SystemExit(main())", "collect"]
@@ -49,3 +53,42 @@ def daemon_parquet(out: Path) -> Path:
     """The one collection's Parquet directory under the daemon's output."""
     (found,) = [p for p in out.rglob("parquet") if p.is_dir()]
     return found
+
+
+#: columns a daemon window computes from its own rows (see :func:`layout_rows`)
+WINDOW_COMPUTED = ("Step Id", "Wait Time(us)", "Task Wait Time(us)")
+
+
+def _file_kind(name: str) -> str:
+    """A layout file's name without msprof's export timestamp and slice number."""
+    return re.sub(r"_\d{14}", "", re.sub(r"_slice_\d+", "", name))
+
+
+def layout_rows(directory: Path) -> dict[str, Counter[str]]:
+    """The CSV rows (per file kind; its headers under ``<kind> header``, each once) and timeline
+    events (``timeline``; metadata left out, each window repeats it) of every file under
+    ``directory``, as multisets.
+
+    Two columns of kernel_details / op_summary are left out because a daemon window computes them
+    from what it holds (see :mod:`profstream.daemon.collector`): Step Id (from the steps committed
+    so far) and the wait time (from the previous row in the window).
+    """
+    found: dict[str, Counter[str]] = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        if is_timeline(path.name):
+            events = (e for e in json.loads(path.read_text()) if e.get("ph") != "M")
+            found.setdefault("timeline", Counter()).update(json.dumps(e, sort_keys=True) for e in events)
+        elif path.suffix == ".csv":
+            header, *lines = list(csv.reader(path.read_text().splitlines()))
+            keep = [i for i, name in enumerate(header) if name not in WINDOW_COMPUTED]
+            kind = _file_kind(path.name)
+            found.setdefault(f"{kind} header", Counter())[repr([header[i] for i in keep])] = 1
+            found.setdefault(kind, Counter()).update(repr([line[i] for i in keep]) for line in lines)
+    return found
+
+
+def offline_layout_rows(raw: Path, out: Path, layout: Layout) -> dict[str, Counter[str]]:
+    """:func:`layout_rows` of ``export timeline`` and ``export summary`` of ``raw`` in ``layout``."""
+    export(raw, layout=layout, output=out, kind="both")
+    return layout_rows(out)
+

@@ -1,17 +1,27 @@
-"""``profstream collect``: exactly-once Parquet windows, crashes at any point, restarts, faults."""
+"""``profstream collect``: exactly-once Parquet and layout windows, crashes at any point, restarts,
+faults, timeline_limit aging of the window directories."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import signal
 from pathlib import Path
 
 import pytest
 
 from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig
+from profstream.engine.layouts import is_timeline
 from profstream.errors import SinkError
 from profstream.simulate import SimulationConfig, simulate
-from tests.daemon.conftest import collect, daemon_parquet, offline_rows, rows
+from tests.daemon.conftest import (
+    collect,
+    daemon_parquet,
+    layout_rows,
+    offline_layout_rows,
+    offline_rows,
+    rows,
+)
 
 FAULT_ENV = "PROFSTREAM_COLLECT_FAULT"
 STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
@@ -34,12 +44,34 @@ def offline(raw: Path) -> dict[str, object]:
     return dict(offline_rows(raw, raw.parent / "offline"))
 
 
-def test_once_equals_the_offline_export(raw: Path, offline: dict[str, object], tmp_path: Path) -> None:
-    """One --once run over a finished collection commits every table's rows exactly once."""
+@pytest.fixture(scope="module")
+def offline_layout(raw: Path) -> dict[str, object]:
+    """The offline export in the layout ``--layout auto`` picks (torch_npu with FRAMEWORK data)."""
+    layout = "torch_npu" if any(raw.rglob("FRAMEWORK")) else "msprof"
+    return dict(offline_layout_rows(raw, raw.parent / "offline-layout", layout))
+
+
+def _windows(out: Path) -> dict[str, object]:
+    """Every CSV row and timeline event of the daemon's window directories."""
+    (collection,) = {p.parent for p in out.rglob("checkpoint.msgpack")}
+    return dict(layout_rows(collection / _layout_dir(collection)))
+
+
+def _layout_dir(collection: Path) -> str:
+    (found,) = [p.name for p in collection.iterdir() if p.is_dir() and p.name != "parquet"]
+    return found
+
+
+def test_once_equals_the_offline_export(
+    raw: Path, offline: dict[str, object], offline_layout: dict[str, object], tmp_path: Path
+) -> None:
+    """One --once run over a finished collection commits every table's rows exactly once, and every
+    CSV row and timeline event of the layout once across the window directories."""
     done = collect(raw, tmp_path / "out", "--once", env={STEPS_ENV: "4"})
     assert done.returncode == 0, done.stderr
-    assert '"window_committed"' in done.stderr
+    assert done.stderr.count('"window_committed"') > 2
     assert rows(daemon_parquet(tmp_path / "out")) == offline
+    assert _windows(tmp_path / "out") == offline_layout
 
 
 @pytest.mark.parametrize(
@@ -51,7 +83,11 @@ def test_once_equals_the_offline_export(raw: Path, offline: dict[str, object], t
     ],
 )
 def test_kill_9_anywhere_then_restart_is_exactly_once(
-    raw: Path, offline: dict[str, object], tmp_path: Path, faults: list[str]
+    raw: Path,
+    offline: dict[str, object],
+    offline_layout: dict[str, object],
+    tmp_path: Path,
+    faults: list[str],
 ) -> None:
     """SIGKILL mid-commit (part files renamed, checkpoint not), after a commit and mid-processing.
 
@@ -65,9 +101,11 @@ def test_kill_9_anywhere_then_restart_is_exactly_once(
     finished = collect(raw, out, "--once", env={STEPS_ENV: "2"})
     assert finished.returncode == 0, finished.stderr
     assert rows(daemon_parquet(out)) == offline
+    assert _windows(out) == offline_layout
     again = collect(raw, out, "--once")  # a finished collection is not processed twice
     assert again.returncode == 0
     assert rows(daemon_parquet(out)) == offline
+    assert _windows(out) == offline_layout
 
 
 def test_a_full_output_disk_pauses_and_retries_without_corruption(
@@ -102,3 +140,32 @@ def test_a_second_instance_on_one_output_is_refused(raw: Path, tmp_path: Path) -
         second = collect(raw, tmp_path / "out", "--once")
     assert second.returncode == 1
     assert "another profstream collect (pid 4242)" in second.stderr
+
+
+def test_timeline_windows_age_oldest_first_under_timeline_limit(tmp_path: Path) -> None:
+    """--timeline-limit 1: after each commit the oldest windows' timeline files go until the rest
+    fits in 1 MB; the newest window keeps its timeline; CSV files stay; every deletion is logged."""
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    simulate(SimulationConfig(chip="910B", steps=6, framework="torch_npu", seed=4), raw)
+    unlimited = collect(raw, tmp_path / "unlimited", "--once", env={STEPS_ENV: "2"})
+    assert unlimited.returncode == 0, unlimited.stderr
+    done = collect(raw, out, "--once", "--timeline-limit", "1", env={STEPS_ENV: "2"})
+    assert done.returncode == 0, done.stderr
+
+    def timelines(root: Path) -> dict[str, int]:
+        return {
+            f"{p.parent.name}/{p.name}": p.stat().st_size for p in root.rglob("*.json") if is_timeline(p.name)
+        }
+
+    everything, kept = timelines(tmp_path / "unlimited"), timelines(out)
+    assert sum(everything.values()) > 1 << 20, "the run must make more than 1 MB of timelines"
+    assert sum(kept.values()) <= 1 << 20 or len({k.split("/")[0] for k in kept}) == 1
+    newest = max(k.split("/")[0] for k in everything)
+    assert {k for k in everything if k.startswith(newest)} <= set(kept)
+    gone = set(everything) - set(kept)
+    assert gone and all(k.split("/")[0] < min(w.split("/")[0] for w in kept) for k in gone), "oldest first"
+    logged = [json.loads(line) for line in done.stderr.splitlines() if '"aged"' in line]
+    assert {f"{e['window']:08d}/{f}" for e in logged for f in e["files"]} == {
+        k.replace("window-", "") for k in gone
+    }
+    assert layout_rows(out).keys() >= {k for k in layout_rows(tmp_path / "unlimited") if k != "timeline"}

@@ -1,11 +1,13 @@
 """The daemon's durable state: files made to appear whole, and the per-collection checkpoint.
 
-A commit is durable in this order: the window's part files are written under temporary names,
-renamed, and fsynced with their directories; then the checkpoint (the pipeline snapshot and the
-window number) is written to a temporary file, fsynced, renamed over the old one and the directory
-fsynced. A crash before the checkpoint rename leaves part files of a window the checkpoint does
-not name; :func:`drop_uncommitted` deletes them at the next start, and the pipeline resumed from
-the snapshot writes that window again. So every row is in exactly one committed window.
+A commit is durable in this order: the window's Parquet part files are written under temporary
+names, renamed, and fsynced with their directories, and its layout directory (timeline and CSV
+files) is written whole under a temporary name, fsynced and renamed; then the checkpoint (the
+pipeline snapshot and the window number) is written to a temporary file, fsynced, renamed over the
+old one and the directory fsynced. A crash before the checkpoint rename leaves part files or a
+window directory of a window the checkpoint does not name; :func:`drop_uncommitted` deletes them at
+the next start, and the pipeline resumed from the snapshot writes that window again. So every row is
+in exactly one committed window.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -22,12 +25,19 @@ from profstream.errors import ProfstreamError
 CHECKPOINT_NAME = "checkpoint.msgpack"
 #: the daemon's part file names: the window number, zero-padded so names sort by window
 PART_NAME = re.compile(r"^part-(\d+)\.parquet$")
-#: temporary files of :class:`~profstream.sinks._base.StagedFile` and of :func:`write_atomic`
-_TEMP = re.compile(r"^\..*\.part$")
+#: a window's layout directory (timeline and CSV files of that window's rows)
+WINDOW_DIR = re.compile(r"^window-(\d+)$")
+#: temporary files of :class:`~profstream.sinks._base.StagedFile` and of :func:`write_atomic`, and
+#: layout directories being written
+_TEMP = re.compile(r"^\..*\.part$|^\.window-\d+\.tmp$")
 
 
 def part_name(window: int) -> str:
     return f"part-{window:08d}.parquet"
+
+
+def window_dir_name(window: int) -> str:
+    return f"window-{window:08d}"
 
 
 class Gap(msgspec.Struct, frozen=True):
@@ -119,13 +129,19 @@ def load(path: Path) -> Checkpoint | None:
 
 
 def drop_uncommitted(directory: Path, window: int) -> list[Path]:
-    """Delete part files of windows after ``window`` and leftover temporary files under ``directory``."""
+    """Delete part files and window directories of windows after ``window``, and leftover temporary
+    files and directories, under ``directory``."""
     if not directory.exists():
         return []
     dropped = []
-    for path in sorted(directory.rglob("*")):
-        match = PART_NAME.match(path.name)
+    for path in sorted(directory.rglob("*")):  # a directory sorts before what it holds
+        if not path.exists():  # inside a directory dropped already
+            continue
+        match = PART_NAME.match(path.name) or WINDOW_DIR.match(path.name)
         if (match is not None and int(match.group(1)) > window) or _TEMP.match(path.name):
-            path.unlink()
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
             dropped.append(path)
     return dropped

@@ -51,8 +51,24 @@ Choices (the issue leaves them open):
   last commit when the directory is back; nothing uncommitted was written. While the watch dir
   is missing the daemon logs it once and waits.
 * Lag is how long ago the daemon last had read everything written (0 while caught up).
-* Timeline and CSV outputs are not written by the daemon yet (Parquet only); ``--timeline-limit``
-  is accepted and ignored with a warning.
+* Besides the Parquet parts, each window's rows are written in a layout (``--layout``; ``auto``:
+  torch_npu for a collection with FRAMEWORK data, msprof otherwise; ``parquet``: none) as one
+  directory ``OUT/<collection>/<layout dir>/window-<N>/`` holding that layout's timeline and CSV
+  files for the window (written under a temporary name and renamed whole): timelines and CSVs are
+  rolled per window. Each window directory opens on its own in a viewer (its own process and thread
+  metadata); a flow whose two ends fall in different windows is in both files but joins in neither
+  viewer. Statistics (op_statistic, api_statistic, communication_statistic) cover the whole run and
+  are in the last window. kernel_details' Step Id comes from every framework step committed so far
+  (read back from the Parquet parts after a restart); a kernel whose ProfilerStep is emitted in a
+  later window (steps settle a second after they end) has an empty Step Id in its window. The task
+  wait time (kernel_details, op_summary) runs within a window: a window's first row per device,
+  and rows next to a communication op whose row lands in another window, can differ from an
+  offline export. Every other CSV cell and timeline event equals the offline export's, once.
+* The timeline files of the window directories age under ``--timeline-limit`` (MB, default the
+  export's 500): after each commit, the oldest windows' timeline files are deleted until the total
+  is under the limit; the newest window's are kept even when they alone exceed it (a window's own
+  timeline is cut at the limit, and the writer logs what it left out). CSV and Parquet outputs
+  do not age.
 
 Test hooks (environment): ``PROFSTREAM_COLLECT_FAULT`` holds comma-separated ``kill_mid_commit=N``
 (SIGKILL between the part files' rename and the checkpoint rename of window N),
@@ -71,12 +87,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import msgspec
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from profstream import events
 from profstream.codecs._base import OnInvalid
@@ -85,10 +103,15 @@ from profstream.daemon.aging import MB, AgingPolicy, done_path
 from profstream.daemon.status import Metrics, StatusServer
 from profstream.engine import discovery
 from profstream.engine.feeds import Follow
+from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_timeline, outputs
+from profstream.engine.layouts.msprof import write_readme
+from profstream.engine.operators.steps import FRAMEWORK_STEPS
 from profstream.engine.plan import TABLE_NAMES, Planner
 from profstream.engine.runtime import Pipeline
+from profstream.engine.schema import TABLES
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import DecodeError, InputPathError, ProfstreamError
+from profstream.export import Router, is_level0, layout_context
 from profstream.sinks import ParquetSink
 
 #: event names the daemon adds (not yet in profstream.events)
@@ -98,6 +121,8 @@ FAULT_ENV = "PROFSTREAM_COLLECT_FAULT"
 WINDOW_STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
 #: dictionaries the planner reads whole: their growth means re-planning
 _SIDE_TABLES = ("hash_dic", "type_info_dic")
+#: ``--layout`` of the window directories: ``auto`` picks torch_npu or msprof per collection
+WindowLayout = Literal["auto", "msprof", "torch_npu", "parquet"]
 
 
 class LockedError(ProfstreamError):
@@ -143,7 +168,19 @@ class CollectorConfig:
     on_invalid: OnInvalid = "skip"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     window_steps: int | None = None
+    layout: WindowLayout = "auto"
+    timeline_limit_mb: int = 500
+    timeline_file_mb: int = 256
+    timeline_file_events: int = 1_000_000
     faults: Faults = field(default_factory=Faults)
+
+    def limits(self) -> Limits:
+        """Roll sizes and budget of one window's timeline files."""
+        return Limits(
+            max_file_bytes=self.timeline_file_mb * MB,
+            max_file_events=self.timeline_file_events,
+            budget_bytes=self.timeline_limit_mb * MB,
+        )
 
 
 def stream_key(stream: Stream) -> str:
@@ -271,9 +308,13 @@ class CollectionRunner:
         self.planned_files: set[Path] = set()
         self.reported: set[Path] = set()
         self.policy: AgingPolicy | None = None
+        self.layout: Layout = "parquet"  # of the window directories, once planned
+        self.context: Context | None = None
+        self.level0 = False
+        self.committed_steps: list[pa.RecordBatch] | None = None  # read back once, then kept
         self._resume = ckpt.load(self.checkpoint_path)
         window = -1 if self._resume is None else self._resume.window
-        dropped = ckpt.drop_uncommitted(self.parquet, window)
+        dropped = ckpt.drop_uncommitted(self.out, window)
         if self._resume is not None:
             self.window, self.gaps = self._resume.window, list(self._resume.gaps)
             self.snapshot, self.finished = self._resume.snapshot, self._resume.finished
@@ -329,17 +370,29 @@ class CollectionRunner:
         self.pipeline, self.wanted = pipeline, set(wanted)
         self.planned_keys = keys
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
+        self._plan_layout(planned)
         self._resume = None
         self._frontier()
         self.log.info(events.DIR_DISCOVERED, planned=True, streams=len(keys), tables=len(wanted))
+
+    def _plan_layout(self, profile: discovery.Profile) -> None:
+        """The layout of the window directories and what its outputs need to know."""
+        layout = self.config.layout
+        if layout == "auto":
+            layout = "torch_npu" if profile.framework is not None else "msprof"
+        self.layout = layout
+        if layout != "parquet":
+            self.context = layout_context(profile, self.out / OUTPUT_DIRS[layout], None)
+            self.level0 = is_level0(profile)
 
     def _start_over(self, profile: discovery.Profile) -> None:
         """New streams or grown dictionaries before anything was aged: re-plan from the start."""
         new = sorted(_stream_keys(profile) - self.planned_keys)
         self.checkpoint_path.unlink(missing_ok=True)
         ckpt.fsync_dir(self.out) if self.out.exists() else None
-        ckpt.drop_uncommitted(self.parquet, -1)
+        ckpt.drop_uncommitted(self.out, -1)
         self.window, self.snapshot, self.buffer, self.buffered_bytes = -1, b"", [], 0
+        self.committed_steps = None
         self.reported.clear()
         self.pipeline = None
         self.follow = Follow()
@@ -441,6 +494,8 @@ class CollectionRunner:
             )
             return False
         self.blocked = False
+        if self.committed_steps is not None:
+            self.committed_steps += [b for s, b in self.buffer if s.partition("@")[0] == FRAMEWORK_STEPS]
         rows = sum(b.num_rows for _, b in self.buffer)
         self.window, self.snapshot, self.finished = window, snapshot, pipeline.finished
         self.buffer, self.buffered_bytes, self.dirty, self.steps_since_commit = [], 0, False, 0
@@ -454,6 +509,7 @@ class CollectionRunner:
             finished=self.finished,
             seconds=round(self.last_commit - started, 4),
         )
+        self._age_timelines()
         self._frontier()
         self._report_processed()
         if self.config.faults.kill_after_commit == window:
@@ -461,6 +517,10 @@ class CollectionRunner:
         return True
 
     def _write_window(self, window: int) -> list[Path]:
+        """The window's part files and layout directory, renamed into place."""
+        return self._write_parts(window) + self._write_layout(window)
+
+    def _write_parts(self, window: int) -> list[Path]:
         """The window's part files, one per table and partition, renamed into place."""
         tables: dict[str, list[pa.RecordBatch]] = {}
         for stream, batch in self.buffer:
@@ -477,6 +537,83 @@ class CollectionRunner:
                     sink.write(batch)
             paths += sink.paths
         return paths
+
+    def _write_layout(self, window: int) -> list[Path]:
+        """The window's timeline and CSV files, in a directory written whole and then renamed."""
+        if self.context is None:
+            return []
+        parent = self.context.out_dir
+        temp = parent / f".{ckpt.window_dir_name(window)}.tmp"
+        shutil.rmtree(temp, ignore_errors=True)
+        context = replace(self.context, out_dir=temp, timestamp=datetime.now().strftime("%Y%m%d%H%M%S"))
+        built = outputs(context, self.layout, "both", level0=self.level0, limits=self.config.limits())
+        router = Router(built, None)
+        try:
+            for batch in self._steps_known():
+                router.route(FRAMEWORK_STEPS, batch)
+            for stream, batch in self.buffer:
+                router.route(stream, batch)
+            written = [p for output in built for p in output.close()]
+            if written and self.layout == "msprof":
+                written.append(write_readme(temp))
+            ckpt.fsync_files(written)
+        except BaseException:
+            for output in built:
+                output.abort()
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        if not written:
+            return []
+        final = parent / ckpt.window_dir_name(window)
+        shutil.rmtree(final, ignore_errors=True)  # written before a failed commit (ENOSPC retry)
+        temp.rename(final)
+        ckpt.fsync_dir(parent)
+        return [final / p.relative_to(temp) for p in written]
+
+    def _steps_known(self) -> list[pa.RecordBatch]:
+        """Framework steps of the committed windows (kernel_details' Step Id needs the steps so far)."""
+        if self.committed_steps is None:
+            self.committed_steps = []
+            directory = self.parquet / FRAMEWORK_STEPS
+            if directory.is_dir():
+                schema = TABLES[FRAMEWORK_STEPS]
+                partitioning = ds.partitioning(pa.schema([schema.field("device_id")]), flavor="hive")
+                table = ds.dataset(directory, format="parquet", partitioning=partitioning).to_table()
+                self.committed_steps = table.select(schema.names).cast(schema).to_batches()
+        return self.committed_steps
+
+    def _age_timelines(self) -> None:
+        """Delete the oldest windows' timeline files while their total is over ``timeline_limit``."""
+        if self.context is None or not self.context.out_dir.is_dir():
+            return
+        windows = sorted(
+            (int(match.group(1)), path)
+            for path in self.context.out_dir.iterdir()
+            if (match := ckpt.WINDOW_DIR.match(path.name))
+        )
+        timelines = [
+            [(p, p.stat().st_size) for p in sorted(path.iterdir()) if is_timeline(p.name)]
+            for _, path in windows
+        ]
+        total = sum(size for files in timelines for _, size in files)
+        limit = self.config.timeline_limit_mb * MB
+        for (window, _), files in zip(windows[:-1], timelines[:-1], strict=True):
+            if total <= limit:
+                break
+            if not files:
+                continue
+            for path, _size in files:
+                path.unlink(missing_ok=True)
+            freed = sum(size for _, size in files)
+            total -= freed
+            self.log.info(
+                events.AGED,
+                output=True,
+                window=window,
+                files=[p.name for p, _ in files],
+                bytes=freed,
+                stored_bytes=total,
+            )
 
     def _mid_commit(self, window: int) -> None:
         faults = self.config.faults

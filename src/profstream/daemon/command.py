@@ -22,13 +22,7 @@ def run(args: argparse.Namespace) -> int:
         verbosity=max(args.verbose or 0, settings.logging.verbosity),
         log_format=args.log_format or settings.logging.format,
     )
-    daemon = settings.daemon
-    if args.timeline_limit is not None:
-        events.get_logger(component="daemon").warning(
-            events.OPTION_IGNORED,
-            option="--timeline-limit",
-            reason="the daemon writes no timeline windows yet",
-        )
+    daemon, export = settings.daemon, settings.export
     steps = os.environ.get(WINDOW_STEPS_ENV)
     config = CollectorConfig(
         watch_dir=Path(args.watch_dir),
@@ -41,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
         on_invalid=settings.decode.on_invalid,
         chunk_bytes=settings.decode.chunk_mb << 20,
         window_steps=int(steps) if steps else None,
+        layout=args.window_layout,
+        timeline_limit_mb=args.timeline_limit or export.timeline_limit_mb,
+        timeline_file_mb=export.timeline_file_mb,
+        timeline_file_events=export.timeline_file_events,
         faults=Faults.from_env(os.environ.get(FAULT_ENV)),
     )
     return Collector(config).run()
