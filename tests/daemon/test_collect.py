@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from profstream.daemon import checkpoint as ckpt
 from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig
 from profstream.engine.layouts import is_timeline
+from profstream.engine.runtime import Pipeline
 from profstream.errors import SinkError
 from profstream.simulate import SimulationConfig, simulate
 from tests.daemon.conftest import (
@@ -169,3 +171,45 @@ def test_timeline_windows_age_oldest_first_under_timeline_limit(tmp_path: Path) 
         k.replace("window-", "") for k in gone
     }
     assert layout_rows(out).keys() >= {k for k in layout_rows(tmp_path / "unlimited") if k != "timeline"}
+
+
+def _slice_number(path: Path) -> int:
+    return int(path.name.rpartition("_")[2])
+
+
+def test_slices_aged_while_the_daemon_was_down_are_recorded_gaps(tmp_path: Path) -> None:
+    """Killed after its first commit; the profiler then ages the oldest slices of a stream, some read
+    (no gap) and two not yet read; the restart records exactly those two as gaps and finishes."""
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    config = SimulationConfig(
+        chip="910B", framework="none", seed=3, slice_bytes=256 * 1024, target_bytes=16 << 20
+    )
+    simulate(config, raw)
+    # 16 pipeline steps read into the third of 25 task_memory_info slices (2 MB per read)
+    killed = collect(raw, out, "--once", env={STEPS_ENV: "16", FAULT_ENV: "kill_after_commit=0"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (state,) = out.rglob(ckpt.CHECKPOINT_NAME)
+    checkpoint = ckpt.load(state)
+    assert checkpoint is not None
+    (position,) = [
+        p for name, p in Pipeline.feed_positions(checkpoint.snapshot).items() if "task_memory_info" in name
+    ]
+    _index, offsets = position
+    first = 0 if offsets is None else offsets["slice"] + (1 if offsets["offset"] else 0)
+    slices = sorted(raw.rglob("aging.additional.task_memory_info.slice_*[0-9]"), key=_slice_number)
+    assert 0 < first < len(slices) - 3
+    for path in slices[: first + 2]:  # the profiler's aging: oldest first, each with its .done
+        path.unlink()
+        path.with_name(f"{path.name}.done").unlink()
+    finished = collect(raw, out, "--once")
+    assert finished.returncode == 0, finished.stderr
+    gaps = json.loads((state.parent / "gaps.json").read_text())
+    assert [(g["file"], g["reason"], g["bytes"]) for g in gaps] == [
+        (p.name, "aged_while_down", None) for p in slices[first : first + 2]
+    ]
+    logged = [e for e in map(json.loads, finished.stderr.splitlines()) if e["event"] == "gap"]
+    assert [e["file"] for e in logged if "reason" in e] == [g["file"] for g in gaps]
+    # the slice the checkpoint stood in is gone too: its reader logs that it skips the rest
+    assert [e["file"] for e in logged if "reason" not in e] == [slices[first - 1].name]
+    done = ckpt.load(state)
+    assert done is not None and done.finished

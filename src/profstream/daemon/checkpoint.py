@@ -44,11 +44,12 @@ class Gap(msgspec.Struct, frozen=True):
     """Raw data lost before the daemon read it: a slice aged (forced) or gone, with its time range.
 
     ``start``/``end`` are the ``starttime``/``endtime`` of the slice's ``.done`` (the collector's
-    own clock values; None when the ``.done`` has no times).
+    own clock values; None when the ``.done`` has no times). ``bytes``, ``start`` and ``end`` are
+    None for a slice that vanished while the daemon was down (it never saw the file).
     """
 
     file: str
-    bytes: int
+    bytes: int | None
     start: int | None
     end: int | None
     reason: str

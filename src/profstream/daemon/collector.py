@@ -37,9 +37,15 @@ Choices (the issue leaves them open):
   before the next commit; a reader that meets a vanished slice skips it, so its position cannot
   tell read from skipped). The reader re-aligns on the next slice
   (:mod:`profstream.engine.sources`), so the rows from the remaining slices are those an offline
-  export of what is left gives. Limits: a slice aged between a kill and the restart is lost
-  without a gap entry (the new process never saw its ``.done``); a vanished slice stays in the
-  storage-limit books until the end of the run.
+  export of what is left gives.
+* A slice aged while the daemon was down (between a kill and the restart) is found at the restart:
+  the collector numbers a stream's slices from 0 and rolls to ``slice_{n+1}`` (cann_raw_formats.md
+  §1, "Slice size") and ages oldest first, so every number from where the checkpoint's reading
+  stands up to the lowest slice present is a gap (``reason="aged_while_down"``, size and times
+  unknown: the file and its ``.done`` are gone). Limits: when the slice the checkpoint had partly
+  read vanished too, only its reader's ``gap`` log event (without a reason) tells that the rest of
+  it, if any, was skipped; it is not in ``gaps.json``. A vanished slice stays in the storage-limit
+  books until the end of the run.
 * A commit that fails with ENOSPC keeps the window in memory, logs ``backpressure``, stops
   reading that collection and retries each poll; part files it renamed are rewritten under the
   same names, so nothing is duplicated or corrupted.
@@ -81,6 +87,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import shutil
 import signal
 import threading
@@ -121,6 +128,7 @@ FAULT_ENV = "PROFSTREAM_COLLECT_FAULT"
 WINDOW_STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
 #: dictionaries the planner reads whole: their growth means re-planning
 _SIDE_TABLES = ("hash_dic", "type_info_dic")
+_SLICE_NUMBER = re.compile(r"slice_\d+$")
 #: ``--layout`` of the window directories: ``auto`` picks torch_npu or msprof per collection
 WindowLayout = Literal["auto", "msprof", "torch_npu", "parquet"]
 
@@ -373,6 +381,10 @@ class CollectionRunner:
         self._plan_layout(planned)
         self._resume = None
         self._frontier()
+        if positions is not None:
+            lost = self._aged_while_down(positions, profile)
+            if lost:
+                self._record_gaps(lost)
         self.log.info(events.DIR_DISCOVERED, planned=True, streams=len(keys), tables=len(wanted))
 
     def _plan_layout(self, profile: discovery.Profile) -> None:
@@ -717,6 +729,28 @@ class CollectionRunner:
                 past.update(_read_past(position, files[index : index + 1] if group else files))
         return planned, past
 
+    def _aged_while_down(self, positions: dict[str, Any], profile: discovery.Profile) -> list[ckpt.Gap]:
+        """Slices the resumed readings still need that are gone (see the module docstring)."""
+        assert self.planner is not None
+        known = {gap.file for gap in self.gaps}
+        current = {stream_key(s): s for d in _data_dirs(profile) for s in d.streams}
+        gaps = []
+        for name, streams in self.planner.feed_streams().items():
+            readings = list(_readings(positions.get(name), len(streams)))
+            for number, planned in enumerate(streams):
+                stream = current.get(stream_key(planned))
+                if stream is None or not stream.files:
+                    continue
+                first = _first_needed(readings, number)
+                if first is None:
+                    continue
+                template = stream.files[0].name
+                for lost in range(first, min(f.slice for f in stream.files)):
+                    file = _SLICE_NUMBER.sub(f"slice_{lost}", template)
+                    if file not in known:
+                        gaps.append(ckpt.Gap(file, None, None, None, reason="aged_while_down"))
+        return gaps
+
     def _report_processed(self) -> None:
         now = time.time()
         for path in sorted(self.processed & set(self.completed) - self.reported):
@@ -806,6 +840,22 @@ def _readings(position: Any, count: int) -> Iterator[tuple[Any, bool]]:
             yield reading, True
         return
     yield position, False
+
+
+def _first_needed(readings: list[tuple[Any, bool]], number: int) -> int | None:
+    """The lowest slice number the resumed reading of a feed's stream ``number`` still reads (None: done).
+
+    A merged feed has one reading per stream, a plain one a reading over all its streams.
+    """
+    if not readings:
+        return 0
+    (index, offsets), single = readings[number] if readings[0][1] else readings[0]
+    mine = 0 if single else number
+    if mine < index:
+        return None
+    if mine > index or offsets is None or offsets["file"] is None:
+        return 0
+    return int(offsets["slice"]) + (1 if offsets["offset"] else 0)
 
 
 def _read_past(position: Any, files: list[list[Path]]) -> Iterator[Path]:
