@@ -12,7 +12,7 @@ import pytest
 
 from profstream.daemon import checkpoint as ckpt
 from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig
-from profstream.engine.layouts import is_timeline
+from profstream.engine.layouts import Layout, is_timeline
 from profstream.engine.runtime import Pipeline
 from profstream.errors import SinkError
 from profstream.simulate import SimulationConfig, simulate
@@ -49,7 +49,7 @@ def offline(raw: Path) -> dict[str, object]:
 @pytest.fixture(scope="module")
 def offline_layout(raw: Path) -> dict[str, object]:
     """The offline export in the layout ``--layout auto`` picks (torch_npu with FRAMEWORK data)."""
-    layout = "torch_npu" if any(raw.rglob("FRAMEWORK")) else "msprof"
+    layout: Layout = "torch_npu" if any(raw.rglob("FRAMEWORK")) else "msprof"
     return dict(offline_layout_rows(raw, raw.parent / "offline-layout", layout))
 
 
