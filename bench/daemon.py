@@ -118,11 +118,11 @@ class Child:
         return Run(label, raw_mb, wall, cpu, max(self.rss, default=0.0), self.rss[-1] if self.rss else None)
 
 
-def once(work: Path, size_mb: int, config: Path) -> Run:
+def once(work: Path, size_mb: int, config: Path, *flags: str) -> Run:
     raw = work / f"static-{size_mb}"
     if not raw.exists():
         simulate(SimulationConfig(chip="910B", framework="none", seed=1, target_bytes=size_mb * MB), raw)
-    child = Child(raw, work / f"out-once-{size_mb}", config, "--once")
+    child = Child(raw, work / f"out-once-{size_mb}", config, "--once", *flags)
     run = child.wait(f"--once {size_mb} MB", _raw_bytes(raw) / MB)
     run.latencies = [
         float(e["done_to_commit_s"]) for e in _events(child.log) if e["event"] == "slice_processed"
@@ -130,14 +130,14 @@ def once(work: Path, size_mb: int, config: Path) -> Run:
     return run
 
 
-def follow(work: Path, rate: float, duration: float, config: Path) -> Run:
+def follow(work: Path, rate: float, duration: float, config: Path, *flags: str) -> Run:
     raw, out = work / f"live-{rate:g}", work / f"out-live-{rate:g}"
     cfg = SimulationConfig(chip="910B", framework="none", seed=1)
     writer = threading.Thread(target=live, args=(cfg, raw, rate), kwargs={"duration_s": duration})
     writer.start()
     while not raw.exists():
         time.sleep(0.05)
-    child = Child(raw, out, config)
+    child = Child(raw, out, config, *flags)
     writer.join()
     written = time.perf_counter()
     while not any(e["event"] == "window_committed" and e.get("finished") for e in _events(child.log)):
@@ -187,15 +187,20 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=30.0, help="seconds each live run writes")
     parser.add_argument("--poll", type=float, default=0.5, help="daemon poll interval, s")
     parser.add_argument("--window", type=float, default=2.0, help="daemon commit window, s")
+    parser.add_argument(
+        "--layout", default="auto", help="collect --layout (parquet: Parquet parts only, no window dirs)"
+    )
     args = parser.parse_args()
+    flags = ("--layout", args.layout)
     with tempfile.TemporaryDirectory(dir=args.work) as temp:
         work = Path(temp)
         config = work / "daemon.toml"
         config.write_text(CONFIG.format(poll=args.poll, window=args.window))
-        runs = [once(work, size, config) for size in args.size]
-        runs += [follow(work, rate, args.duration, config) for rate in args.rate]
+        runs = [once(work, size, config, *flags) for size in args.size]
+        runs += [follow(work, rate, args.duration, config, *flags) for rate in args.rate]
     print(
-        f"Machine: {os.uname().machine}, {os.cpu_count()} cores; poll {args.poll} s, window {args.window} s"
+        f"Machine: {os.uname().machine}, {os.cpu_count()} cores; poll {args.poll} s, window {args.window} s, "
+        f"layout {args.layout}"
     )
     print(table(runs))
     return 0
