@@ -23,10 +23,11 @@ Choices (the issue leaves them open):
 * A restart plans with the streams the checkpoint names, so the snapshot restores into the same
   operators.
 * ``--storage-limit`` ages the watched PROF dirs with :class:`~profstream.daemon.aging.AgingPolicy`
-  after each poll. A slice the pipeline has not read past is protected; one it has read past but
-  not committed yet is committed before it is deleted (a commit out of turn). When the limit
-  forces a protected slice out anyway (the stored total over the limit itself, see
-  :mod:`~profstream.daemon.aging`), the gap (file, bytes, the ``.done`` start and end times) is
+  after each poll. A slice the pipeline has not read past is protected (one read to its end is
+  past: its reader already stands in the next slice, :mod:`~profstream.engine.sources`); one it
+  has read past but not committed yet is committed before it is deleted (a commit out of turn).
+  When the limit forces a protected slice out anyway (the stored total over the limit itself,
+  see :mod:`~profstream.daemon.aging`), the gap (file, bytes, the ``.done`` start and end times) is
   written into the checkpoint and ``gaps.json`` before the file is deleted, and logged. Without a limit
   the daemon deletes nothing (it does not take the collector's 90 %-of-free-space default).
 * A slice the profiler ages (deletes with its ``.done``) before a commit read past it is a gap
@@ -456,7 +457,8 @@ class CollectionRunner:
                     self.metrics.count(name.partition("@")[0], batch.num_rows)
                 elif name in self.wanted:
                     self.buffer.append((name, batch))
-                    self.buffered_bytes += batch.nbytes
+                    # the buffers a batch keeps alive (a slice holds its whole parent), not its own bytes
+                    self.buffered_bytes += batch.get_total_buffer_size()
         return not pipeline.finished
 
     def due(self) -> bool:
