@@ -91,4 +91,3 @@ def offline_layout_rows(raw: Path, out: Path, layout: Layout) -> dict[str, Count
     """:func:`layout_rows` of ``export timeline`` and ``export summary`` of ``raw`` in ``layout``."""
     export(raw, layout=layout, output=out, kind="both")
     return layout_rows(out)
-

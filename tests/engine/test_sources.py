@@ -368,3 +368,26 @@ def test_read_path_tail_mode_resume_across_slices(tmp_path: Path) -> None:
     resumed = StreamReader(_stream(tmp_path), follow=True, chunk_size=4 * 64, resume=state)
     assert _tasks(resumed.poll() + resumed.finish()) == list(range(4, 12))
     assert resumed.stats.truncated_tails == 0
+
+
+@pytest.mark.parametrize(
+    ("codec", "cut", "chunk"), [(HWTS_MAPPED, 160, 1 << 20), (HWTS, 128, 128)], ids=["mapped", "read"]
+)
+def test_tail_mode_a_slice_read_to_its_end_may_age_without_a_gap(
+    tmp_path: Path, codec: Codec, cut: int, chunk: int
+) -> None:
+    """The batch that ends a slice, with a later one listed, is handed over standing on the later
+    slice: the finished slice then vanishes (aged) without a gap, its partial record carried."""
+    data = tmp_path / "data"
+    raw = hwts_records(8)
+    _write_slices(data, [raw[:cut], raw[cut:]], [0, 1])
+    reader = StreamReader(_stream(data, codec), follow=True, chunk_size=chunk)
+    assert _tasks(reader.read_available(1)) == [0, 1]
+    state = reader.offsets()
+    assert (state.file, state.offset, state.carry) == ("hwts.data.0.slice_1", 0, raw[128:cut])
+    (data / "hwts.data.0.slice_0").unlink()
+    resumed = StreamReader(_stream(data, codec), follow=True, chunk_size=chunk, resume=state)
+    with capture_logs() as logs:
+        assert _tasks(reader.poll()) == _tasks(resumed.poll()) == list(range(2, 8))
+    assert reader.stats.gaps == resumed.stats.gaps == 0
+    assert not [e for e in logs if e["event"] in (events.GAP, events.LEADING_BYTES_DROPPED)]

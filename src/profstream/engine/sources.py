@@ -31,7 +31,10 @@ Choices:
 - Tail mode (``follow=True``) decides the alignment when it first sees the stream, from
   the sizes at that moment; a slice is finished once a later slice exists; a slice that
   disappears under the reader (storage-limit ageing) is logged as ``GAP`` and reading
-  re-aligns on the next slice by msprof's rule.
+  re-aligns on the next slice by msprof's rule. A reader that has read a finished slice to
+  its end stands at the start of the next one (the partial record carried), also between
+  batches, so its position (:meth:`StreamReader.offsets`) is past that slice, which may
+  then age without a gap: the daemon protects from aging only slices a position is not past.
 - Errors: a codec's ``DecodeError`` carries the offset in the concatenated stream; the
   reader re-raises it naming the actual slice file and the offset inside it.
 """
@@ -314,17 +317,29 @@ class StreamReader:
                 yield from self._drain()
                 self._gap(current)
                 continue
-            if self._offset < size:
-                yield from self._read_file(current, size)
-            if self._index + 1 >= len(self._files):
+            if self._offset < size and (yield from self._read_file(current, size)):
+                continue  # its last batch was handed over from the next slice already
+            if not self._step_on():
                 break
-            self._index += 1
-            self._offset = 0
         yield from self._drain()
         if final:
             yield from self._flush()
 
-    def _read_file(self, current: SliceFile, size: int) -> Iterator[pa.RecordBatch]:
+    def _step_on(self) -> bool:
+        """Stand at the start of the next listed slice, the carry kept; False at the last one."""
+        if self._index + 1 >= len(self._files):
+            return False
+        self._index += 1
+        self._offset = 0
+        return True
+
+    def _read_file(self, current: SliceFile, size: int) -> Generator[pa.RecordBatch, None, bool]:
+        """Read ``current`` up to ``size``; True when it stepped on to the next slice.
+
+        The batch that ends a slice with a later one listed (so the slice is finished) is handed
+        over standing on that later slice: a caller that stops there has a position (offsets())
+        past the finished slice, which then may vanish without a gap, its partial record carried.
+        """
         self._slice_no = current.slice
         start = self._stream_offset - self._offset
         if not self._starts or self._starts[-1][1] != current.path:
@@ -343,10 +358,15 @@ class StreamReader:
                     batch = self._decode_held() if len(self._carry) == self._window_size() else None
                 else:
                     break  # the file shrank since it was sized: the next pass sizes it again
-                if batch is not None:
+                if batch is None:
+                    continue
+                if self._offset >= size and self._step_on():
                     yield batch
+                    return True
+                yield batch
         finally:
             os.close(fd)
+        return False
 
     def _window(self, size: int) -> int:
         """Bytes to map next: whole records with the carry when the chunk holds one."""
