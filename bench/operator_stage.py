@@ -13,10 +13,12 @@ import time
 from collections import Counter
 
 import profstream
+from profstream._allocator import use_jemalloc
 from profstream.engine.plan import TABLE_NAMES, Planner
 
 
 def main(path: str) -> None:
+    use_jemalloc()  # as the CLI does
     started = time.perf_counter()
     rows: Counter[str] = Counter()
     for collection in profstream.open(path).collections:

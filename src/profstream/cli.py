@@ -315,8 +315,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{exc.parser.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
+    from profstream._allocator import use_jemalloc
     from profstream.events import configure_logging
 
+    use_jemalloc()
     configure_logging(verbosity=args.verbose, log_format=args.log_format or "console")
     try:
         return _handlers()[args.command](args)

@@ -28,6 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from profstream._allocator import use_jemalloc
 from profstream.cluster import comm as comm_analysis
 from profstream.cluster.discovery import EXPORT_DIRS, RankDir
 from profstream.cluster.stages import ParallelGroup, read_parallel_groups
@@ -67,6 +68,7 @@ class RankResult:
 
 def analyse_rank(rank_dir: RankDir, dataset: Path) -> RankResult:
     """Run one rank (see the module docstring) with its Parquet partition under ``dataset``."""
+    use_jemalloc()  # a Dask worker is a process of its own
     with ExitStack() as stack:
         sinks = _Sinks(dataset, rank_dir.rank, stack)
         if rank_dir.kind == "raw":
