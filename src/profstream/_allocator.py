@@ -1,10 +1,9 @@
 """Arrow's memory pool for profstream processes: jemalloc, whose peak RSS stays flat with input size.
 
 With pyarrow's default pool here (mimalloc) the operator stage's peak RSS rose by about 10 % from
-1 GB to 5 GB of raw data (633 to 701 MiB); with jemalloc it rose by 3 % (602 to 622 MiB), at about
-the same CPU time. The system pool also stays flat, but only with glibc's mmap threshold pinned,
-which costs half as much system time again as the whole run takes. The commands to measure it are
-in bench/README.md ("Operator stage").
+1 GB to 5 GB of raw data (633 to 701 MiB); with jemalloc by 3-7 % (about 590 to 630 MiB), at the
+same CPU time. The system pool is about as flat only with glibc's mmap threshold pinned, and then
+peaks higher. Commands and numbers: bench/README.md ("Operator stage").
 
 A user's own choice (``ARROW_DEFAULT_MEMORY_POOL``) is left alone, and so is a pyarrow built without
 jemalloc.
