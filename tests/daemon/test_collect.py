@@ -146,12 +146,16 @@ def test_a_second_instance_on_one_output_is_refused(raw: Path, tmp_path: Path) -
 
 def test_timeline_windows_age_oldest_first_under_timeline_limit(tmp_path: Path) -> None:
     """--timeline-limit 1: after each commit the oldest windows' timeline files go until the rest
-    fits in 1 MB; the newest window keeps its timeline; CSV files stay; every deletion is logged."""
+    fits in 1 MB; the newest window keeps its timeline; CSV files stay; every deletion is logged.
+    A kill -9 halfway: the restart reads the books back from disk and goes on."""
     raw, out = tmp_path / "raw", tmp_path / "out"
     simulate(SimulationConfig(chip="910B", steps=6, framework="torch_npu", seed=4), raw)
     unlimited = collect(raw, tmp_path / "unlimited", "--once", env={STEPS_ENV: "2"})
     assert unlimited.returncode == 0, unlimited.stderr
-    done = collect(raw, out, "--once", "--timeline-limit", "1", env={STEPS_ENV: "2"})
+    flags = ("--once", "--timeline-limit", "1")
+    killed = collect(raw, out, *flags, env={STEPS_ENV: "2", FAULT_ENV: "kill_after_commit=4"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = collect(raw, out, *flags, env={STEPS_ENV: "2"})
     assert done.returncode == 0, done.stderr
 
     def timelines(root: Path) -> dict[str, int]:
@@ -166,7 +170,9 @@ def test_timeline_windows_age_oldest_first_under_timeline_limit(tmp_path: Path) 
     assert {k for k in everything if k.startswith(newest)} <= set(kept)
     gone = set(everything) - set(kept)
     assert gone and all(k.split("/")[0] < min(w.split("/")[0] for w in kept) for k in gone), "oldest first"
-    logged = [json.loads(line) for line in done.stderr.splitlines() if '"aged"' in line]
+    logged = [
+        json.loads(line) for run in (killed, done) for line in run.stderr.splitlines() if '"aged"' in line
+    ]
     assert {f"{e['window']:08d}/{f}" for e in logged for f in e["files"]} == {
         k.replace("window-", "") for k in gone
     }

@@ -93,6 +93,7 @@ import shutil
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -321,6 +322,8 @@ class CollectionRunner:
         self.context: Context | None = None
         self.level0 = False
         self.committed_steps: list[pa.RecordBatch] | None = None  # read back once, then kept
+        self.timelines: deque[tuple[int, list[tuple[Path, int]]]] | None = None  # see _age_timelines
+        self.timeline_bytes = 0
         self._resume = ckpt.load(self.checkpoint_path)
         window = -1 if self._resume is None else self._resume.window
         dropped = ckpt.drop_uncommitted(self.out, window)
@@ -406,6 +409,7 @@ class CollectionRunner:
         ckpt.drop_uncommitted(self.out, -1)
         self.window, self.snapshot, self.buffer, self.buffered_bytes = -1, b"", [], 0
         self.committed_steps = None
+        self.timelines = None
         self.reported.clear()
         self.pipeline = None
         self.follow = Follow()
@@ -523,7 +527,7 @@ class CollectionRunner:
             finished=self.finished,
             seconds=round(self.last_commit - started, 4),
         )
-        self._age_timelines()
+        self._age_timelines(window, paths)
         self._frontier()
         self._report_processed()
         if self.config.faults.kill_after_commit == window:
@@ -596,38 +600,49 @@ class CollectionRunner:
                 self.committed_steps = table.select(schema.names).cast(schema).to_batches()
         return self.committed_steps
 
-    def _age_timelines(self) -> None:
-        """Delete the oldest windows' timeline files while their total is over ``timeline_limit``."""
-        if self.context is None or not self.context.out_dir.is_dir():
-            return
-        windows = sorted(
-            (int(match.group(1)), path)
-            for path in self.context.out_dir.iterdir()
-            if (match := ckpt.WINDOW_DIR.match(path.name))
-        )
-        timelines = [
-            [(p, p.stat().st_size) for p in sorted(path.iterdir()) if is_timeline(p.name)]
-            for _, path in windows
-        ]
-        total = sum(size for files in timelines for _, size in files)
+    def _age_timelines(self, window: int, written: list[Path]) -> None:
+        """Delete the oldest windows' timeline files while their total is over ``timeline_limit``.
+
+        The books (windows with timeline files, oldest first, and their total) are read from disk once,
+        then kept up to date, so a commit costs the same after a week as after a minute.
+        """
+        if self.timelines is None:
+            self.timelines = deque(self._scan_timelines())  # holds this window's files already
+            self.timeline_bytes = sum(size for _, files in self.timelines for _, size in files)
+        else:
+            files = [(p, _size(p)) for p in written if is_timeline(p.name)]
+            if files:
+                self.timelines.append((window, files))
+                self.timeline_bytes += sum(size for _, size in files)
         limit = self.config.timeline_limit_mb * MB
-        for (window, _), files in zip(windows[:-1], timelines[:-1], strict=True):
-            if total <= limit:
-                break
-            if not files:
-                continue
-            for path, _size in files:
+        while self.timeline_bytes > limit and len(self.timelines) > 1:
+            aged, files = self.timelines.popleft()
+            for path, _bytes in files:
                 path.unlink(missing_ok=True)
             freed = sum(size for _, size in files)
-            total -= freed
+            self.timeline_bytes -= freed
             self.log.info(
                 events.AGED,
                 output=True,
-                window=window,
+                window=aged,
                 files=[p.name for p, _ in files],
                 bytes=freed,
-                stored_bytes=total,
+                stored_bytes=self.timeline_bytes,
             )
+
+    def _scan_timelines(self) -> list[tuple[int, list[tuple[Path, int]]]]:
+        """The committed windows that hold timeline files, with their sizes, oldest first."""
+        if self.context is None or not self.context.out_dir.is_dir():
+            return []
+        found = []
+        for path in self.context.out_dir.iterdir():
+            match = ckpt.WINDOW_DIR.match(path.name)
+            if match is None:
+                continue
+            files = [(p, _size(p)) for p in sorted(path.iterdir()) if is_timeline(p.name)]
+            if files:
+                found.append((int(match.group(1)), files))
+        return sorted(found)
 
     def _mid_commit(self, window: int) -> None:
         faults = self.config.faults
