@@ -256,3 +256,28 @@ def test_demo_runs_twice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert expected in first
     exported = sorted(p.name for p in (out / "export").rglob("*") if p.is_file())
     assert not [name for name in exported if name.startswith(".")]
+
+
+def test_a_cold_kernel_cache_is_announced(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A first run (no cached numba kernels) says why it is slow; a warm one says nothing."""
+    import profstream._numba
+
+    for cold in (True, False):
+        monkeypatch.setattr(profstream._numba, "cache_is_cold", lambda cold=cold: cold)
+        assert main(["inspect", "-dir", "/nonexistent/PROF_1"]) == EXIT_BAD_INPUT
+        assert ("kernels_compiling" in capsys.readouterr().err) == cold
+
+
+def test_cache_is_cold_looks_for_numba_index_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from profstream._numba import cache_is_cold
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    package = tmp_path / "package"
+    (package / "engine" / "__pycache__").mkdir(parents=True)
+    assert cache_is_cold(package)
+    (package / "engine" / "__pycache__" / "overlap.union-308.py311.nbi").touch()
+    assert not cache_is_cold(package)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert cache_is_cold(package)

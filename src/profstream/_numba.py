@@ -8,7 +8,9 @@ or a constant of another module, delete the ``*.nbi`` / ``*.nbc`` files of the m
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import numba
@@ -31,3 +33,12 @@ def inline(fn: _F) -> _F:
     argument, which multiplies the cost of a per-record table lookup several times.
     """
     return cast(_F, numba.njit(cache=True, nogil=True, inline="always")(fn))
+
+
+def cache_is_cold(package: Path = Path(__file__).parent) -> bool:
+    """No compiled kernel is cached for ``package`` yet: this run compiles them all (about 20 s once).
+
+    numba writes ``*.nbi`` index files next to the modules, or under ``NUMBA_CACHE_DIR`` when set.
+    """
+    root = os.environ.get("NUMBA_CACHE_DIR")
+    return not any((Path(root) if root else package).rglob("*.nbi"))

@@ -297,6 +297,22 @@ def _handlers() -> dict[str, Handler]:
     }
 
 
+#: commands that run the numba kernels (a first run compiles them)
+_COMPILING_COMMANDS = ("export", "demo", "collect", "cluster", "inspect")
+
+
+def _notice_cold_kernels() -> None:
+    """Say why a first run is slow: numba compiles every kernel once, then loads them from its cache."""
+    from profstream import events
+    from profstream._numba import cache_is_cold
+
+    if cache_is_cold():
+        events.get_logger(component="cli").warning(
+            events.KERNELS_COMPILING,
+            detail="first run: compiling the numba kernels (about 20 s, once; later runs load them cached)",
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (also used as the console-script entry point)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -320,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     use_jemalloc()
     configure_logging(verbosity=args.verbose, log_format=args.log_format or "console")
+    if args.command in _COMPILING_COMMANDS:
+        _notice_cold_kernels()
     try:
         return _handlers()[args.command](args)
     except ConfigError as exc:

@@ -21,6 +21,7 @@ RECORDS_UNMATCHED: Final = "records_unmatched"  # records an operator could not 
 TRUNCATED_TAIL: Final = "truncated_tail"  # a stream ends in a partial record
 LEADING_BYTES_DROPPED: Final = "leading_bytes_dropped"  # aged stream starts mid-record
 BATCH_DECODED: Final = "batch_decoded"
+KERNELS_COMPILING: Final = "kernels_compiling"  # no cached numba kernels yet: this run compiles them
 # Export
 EXPORT_STARTED: Final = "export_started"
 EXPORT_FINISHED: Final = "export_finished"
