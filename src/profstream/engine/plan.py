@@ -14,7 +14,7 @@ Graph, per device ``d`` (inputs present in the collection only):
     api, task_track, hccl_info, hccl_op_info, tasks@d -> Communication -> comm@d, comm_tasks@d
     ts_track -> Steps -> steps@d;  ops, tasks@* -> FrameworkSteps -> framework_steps@*
     tasks@d, comm@d, steps -> Overlap -> overlap@d, step_time@d
-    npu_mem, npu_module_mem -> NpuMemory -> npu_mem@d, npu_module_mem@d
+    npu_mem, npu_module_mem -> NpuMemory (one per family) -> npu_mem@d, npu_module_mem@d
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
@@ -209,9 +209,9 @@ class Planner:
                     ]
             if at("ts_track", d) in self._feeds:
                 ops.append(Steps(d))
-            sources = [s for s in NpuMemory.SOURCES if at(f"{s}_raw", d) in self._feeds]
-            if sources:
-                ops.append(NpuMemory(d, sources=sources))
+            # one operator per family: an output's watermark then follows its own feed only (live,
+            # npu_module_mem's clock lags far behind npu_mem's, and Memory waits on npu_mem@d)
+            ops += [NpuMemory(d, sources=[s]) for s in NpuMemory.SOURCES if at(f"{s}_raw", d) in self._feeds]
         joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
         if framework:
             ops += [
