@@ -209,9 +209,7 @@ class Planner:
                     ]
             if at("ts_track", d) in self._feeds:
                 ops.append(Steps(d))
-            # one operator per family: an output's watermark then follows its own feed only (live,
-            # npu_module_mem's clock lags far behind npu_mem's, and Memory waits on npu_mem@d)
-            ops += [NpuMemory(d, sources=[s]) for s in NpuMemory.SOURCES if at(f"{s}_raw", d) in self._feeds]
+            ops += [NpuMemory(d, s) for s in NpuMemory.SOURCES if at(f"{s}_raw", d) in self._feeds]
         joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
         if framework:
             ops += [

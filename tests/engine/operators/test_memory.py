@@ -355,9 +355,12 @@ def test_memory_record_order_and_sums() -> None:
 
 def test_npu_memory_tables() -> None:
     """event 0/1 -> APP/Device; module ids -> msprof names, unknown ids keep their number; huge -> null."""
-    op = NpuMemory(3)
-    assert op.inputs == (at("npu_mem_raw", 3), at("npu_module_mem_raw", 3))
-    assert op.outputs == (at("npu_mem", 3), at("npu_module_mem", 3))
+    samples, modules_op = NpuMemory(3, "npu_mem"), NpuMemory(3, "npu_module_mem")
+    assert (samples.inputs, samples.outputs) == ((at("npu_mem_raw", 3),), (at("npu_mem", 3),))
+    assert (modules_op.inputs, modules_op.outputs) == (
+        (at("npu_module_mem_raw", 3),),
+        (at("npu_module_mem", 3),),
+    )
     raw = pa.RecordBatch.from_pydict(
         {
             "event": pa.array([0, 1, 7], pa.uint32()),
@@ -375,7 +378,9 @@ def test_npu_memory_tables() -> None:
             "time_ns": pa.array([100, 100, 100], pa.int64()),
         }
     )
-    out = drive(op, [(at("npu_mem_raw", 3), raw), (at("npu_module_mem_raw", 3), modules)])
+    out = drive(samples, [(at("npu_mem_raw", 3), raw)]) | drive(
+        modules_op, [(at("npu_module_mem_raw", 3), modules)]
+    )
     assert brief(out[at("npu_mem", 3)], "device_id", "event", "time_ns", "ddr_bytes", "hbm_bytes") == [
         (3, "APP", 100, 10, 20),
         (3, "Device", 100, None, 30),
@@ -386,10 +391,10 @@ def test_npu_memory_tables() -> None:
         ("HCCL", None),
         ("1000", 5),
     ]
-    only = NpuMemory(0, sources=["npu_module_mem"])
-    assert only.inputs == (at("npu_module_mem_raw", 0),)
-    with pytest.raises(ValueError, match="sources"):
-        NpuMemory(0, sources=["npu_mem_app"])
+    with pytest.raises(ValueError, match="family"):
+        NpuMemory(0, "npu_mem_app")
+    with pytest.raises(KeyError, match="does not read"):
+        samples.push(at("npu_module_mem_raw", 3), modules)
 
 
 # ----------------------------------------------------------------------------- snapshots
@@ -445,7 +450,7 @@ def test_npu_memory_snapshot_round_trip() -> None:
     steps: list[Step] = [(at("npu_mem_raw", 0), raw)]
 
     def make() -> Any:
-        return NpuMemory(0, sources=["npu_mem"])
+        return NpuMemory(0, "npu_mem")
 
     assert drive_resumed(make, steps, 1) == drive(make(), steps)
 
@@ -490,7 +495,11 @@ def test_simulated_run(simulated: tuple[Path, SimulationConfig]) -> None:
         fs.feed(device, "npu_mem", name=at("npu_mem_raw", 0)),
         fs.feed(device, "npu_module_mem", name=at("npu_module_mem_raw", 0)),
     ]
-    operators = [FrameworkOps(), Memory([0], hashes=fs.table(collection.host, "hash_dic")), NpuMemory(0)]
+    operators = [
+        FrameworkOps(),
+        Memory([0], hashes=fs.table(collection.host, "hash_dic")),
+        *(NpuMemory(0, family) for family in NpuMemory.SOURCES),
+    ]
     got: dict[str, list[pa.RecordBatch]] = collections.defaultdict(list)
     with capture_logs() as logs:
         for name, batch in Pipeline(feeds, operators).run():

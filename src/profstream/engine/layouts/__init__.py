@@ -32,12 +32,12 @@ LAYOUTS: tuple[Layout, ...] = ("msprof", "torch_npu", "parquet")
 OUTPUT_DIRS = {"msprof": msprof.OUTPUT_DIR, "torch_npu": torch_npu.OUTPUT_DIR, "parquet": "parquet"}
 #: file name prefixes of the chrome-trace timelines (``trace_view[_N].json``, ``msprof_{ts}[_N].json``,
 #: ``step_trace_{ts}[_N].json``); with ``--format csv`` no summary JSON starts with them
-TIMELINE_PREFIXES = ("trace_view", "msprof_", "step_trace_")
+_TIMELINE_PREFIXES = ("trace_view", "msprof_", "step_trace_")
 
 
 def is_timeline(name: str) -> bool:
     """A file of a layout directory (written with CSV summaries) is a timeline, capped by timeline_limit."""
-    return name.endswith(".json") and name.startswith(TIMELINE_PREFIXES)
+    return name.endswith(".json") and name.startswith(_TIMELINE_PREFIXES)
 
 
 def outputs(
@@ -70,7 +70,6 @@ def outputs(
 __all__ = [
     "LAYOUTS",
     "OUTPUT_DIRS",
-    "TIMELINE_PREFIXES",
     "Context",
     "Format",
     "Kind",

@@ -758,34 +758,33 @@ def _partner(merged: Columns, latest: Int64Array, carried_table: Columns, carrie
 
 
 class NpuMemory(Operator):
-    """Raw ``npu_mem_raw@<d>`` / ``npu_module_mem_raw@<d>`` feeds -> ``npu_mem@<d>`` / ``npu_module_mem@<d>``.
+    """Raw ``<family>_raw@<d>`` -> ``<family>@<d>``, for ``family`` npu_mem or npu_module_mem.
 
-    Row by row (module docstring), so a batch is emitted at the next :meth:`advance`. ``sources``
-    names which of the two families the device has.
+    Row by row (module docstring), so a batch is emitted at the next :meth:`advance`. One operator
+    per family, so each output's watermark follows its own feed: followed live, npu_module_mem's
+    clock lags far behind npu_mem's, and Memory waits on ``npu_mem@<d>``.
     """
 
     SOURCES = ("npu_mem", "npu_module_mem")
 
-    def __init__(self, device_id: int, *, sources: Sequence[str] = SOURCES) -> None:
-        unknown = sorted(set(sources) - set(self.SOURCES))
-        if unknown or not sources:
-            msg = f"sources: expected some of {self.SOURCES}, got {list(sources)}"
+    def __init__(self, device_id: int, family: str) -> None:
+        if family not in self.SOURCES:
+            msg = f"family: expected one of {self.SOURCES}, got {family!r}"
             raise ValueError(msg)
         self.device_id = device_id
-        self._raw = {at(f"{s}_raw", device_id): s for s in self.SOURCES if s in sources}
-        self.inputs = tuple(self._raw)
-        self.outputs = tuple(at(s, device_id) for s in self._raw.values())
+        self.family = family
+        self.inputs = (at(f"{family}_raw", device_id),)
+        self.outputs = (at(family, device_id),)
         self._ready: list[Emit] = []
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        family = self._raw.get(stream)
-        if family is None:
+        if stream not in self.inputs:
             msg = f"NpuMemory does not read {stream!r}"
             raise KeyError(msg)
-        rows_ = self._npu_mem(batch) if family == "npu_mem" else self._module_mem(batch)
-        self._ready.append((at(family, self.device_id), rows_))
+        if batch.num_rows == 0:
+            return
+        rows_ = self._npu_mem(batch) if self.family == "npu_mem" else self._module_mem(batch)
+        self._ready.append((self.outputs[0], rows_))
 
     def _npu_mem(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         event = ints(batch.column("event"))
