@@ -79,6 +79,7 @@ from profstream.engine.operators.api import (
     COMMUNICATION_LEVEL,
     I64,
     LEVEL_NUMBERS,
+    MAX_CHUNKS,
     MODEL_LEVEL,
     NODE_LEVEL,
     RUNTIME_LEVEL,
@@ -240,6 +241,9 @@ _DESCRIBED = pa.schema(
         ("launch_thread_id", I64T),
     ]
 )
+
+#: ``_Settled``'s rows: ``_DESCRIBED`` with dictionary-encoded text
+_SETTLED = pa.schema([pa.field(f.name, schema.DICT if f.type == STR else f.type) for f in _DESCRIBED])
 
 
 def task_key(stream: Array, task: Array, batch: Array) -> I64:
@@ -741,10 +745,15 @@ class _Settled:
     pair, and dead rows are compacted away once they pass a quarter of the live ones (a state of
     1.25 live sets at most: at 3, its swings set the pipeline's peak RSS). Eviction and lookup cost
     the rows they touch plus a search, not a sort of everything kept (which made the join quadratic).
+
+    The store holds up to 65,536 rows per stream and fills as slowly as a stream's task ids wrap, so
+    its size, and the copy a compaction makes, would grow with the input for most of a run: its text
+    columns are dictionary-encoded (a few dozen distinct op names and shapes, against 200 bytes a row
+    as plain strings) and a compaction rebuilds one column at a time.
     """
 
     def __init__(self) -> None:
-        self.rows = empty(_DESCRIBED)
+        self.rows = empty(_SETTLED)
         self._pairs = np.empty(0, np.int64)  # sorted (stream << 32 | task)
         self._at = np.empty(0, np.int64)  # the row of each pair
 
@@ -758,7 +767,8 @@ class _Settled:
         newest = np.r_[pairs[1:] != pairs[:-1], True]
         chosen, pairs = order[newest], pairs[newest]
         base = self.rows.num_rows
-        self.rows = append(self.rows, described.take(pa.array(chosen)))
+        new_rows = described.take(pa.array(chosen)).select(_SETTLED.names).cast(_SETTLED)
+        self.rows = pa.concat_tables([self.rows, new_rows])
         at = base + np.arange(len(chosen), dtype=np.int64)
         where = np.searchsorted(self._pairs, pairs)
         known = where < len(self._pairs)
@@ -767,8 +777,18 @@ class _Settled:
         self._pairs = np.insert(self._pairs, where[~known], pairs[~known])
         self._at = np.insert(self._at, where[~known], at[~known])
         if self.rows.num_rows > len(self._pairs) + len(self._pairs) // 4 + EVICT_COMPACT_ROWS:
-            self.rows = self.rows.take(pa.array(self._at)).combine_chunks()
+            self._rebuild(pa.array(self._at))
             self._at = np.arange(len(self._pairs), dtype=np.int64)
+        elif self.rows.column(0).num_chunks > MAX_CHUNKS:
+            self._rebuild(None)
+
+    def _rebuild(self, rows: pa.Array | None) -> None:
+        """Keep ``rows`` (all if None) in one chunk, copying one column at a time."""
+        columns = self.rows.columns
+        self.rows = empty(_SETTLED)  # each old column is freed as soon as its copy exists
+        for i, values in enumerate(columns):
+            columns[i] = (values if rows is None else values.take(rows)).combine_chunks()
+        self.rows = pa.Table.from_arrays(columns, schema=_SETTLED)
 
     def find(self, stream: I64, task: I64, keys: I64) -> I64:
         """The row of each query's pair whose full key (with the batch id) matches, else -1."""
@@ -782,8 +802,8 @@ class _Settled:
         return np.where(same, row, -1)
 
     def live(self) -> pa.Table:
-        """The kept rows in pair order (the same rows give the same snapshot)."""
-        return self.rows.take(pa.array(self._at))
+        """The kept rows in pair order, text decoded (the same rows give the same snapshot)."""
+        return self.rows.take(pa.array(self._at)).cast(_DESCRIBED)
 
 
 def _lookup(values: pa.Array, names: Sequence[str]) -> I64:
