@@ -307,9 +307,11 @@ def _export_one(
                 tables.add(source)
                 statistics.setdefault(source, []).extend(_aggregators(table, context.devices))
     router = Router(built, window, statistics)
-    pipeline, streams = Planner(collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes).pipeline(
-        sorted(tables)
+    # msprof.py reads no FRAMEWORK files, and none of its outputs need them
+    planner = Planner(
+        collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, framework=layout != "msprof"
     )
+    pipeline, streams = planner.pipeline(sorted(tables))
     clock = _Span(collection)
     try:
         for count, (stream, batch) in enumerate(pipeline.run(streams)):

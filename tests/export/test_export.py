@@ -284,3 +284,27 @@ def test_level0_trace_view_leaves_out_the_cann_layer(tmp_path: Path) -> None:
     events = json.loads((tmp_path / "out" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
     processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert "CANN" not in processes and {"Python", "Ascend Hardware"} <= processes
+
+
+def test_the_msprof_layout_reads_no_framework_files(torch_run: Run, tmp_path: Path) -> None:
+    """msprof.py knows nothing of torch_npu's FRAMEWORK files: with them garbled its outputs are the same."""
+    import re
+    import shutil
+
+    garbled = tmp_path / "raw"
+    shutil.copytree(torch_run.raw, garbled)
+    [framework] = list(garbled.rglob("FRAMEWORK"))
+    for path in framework.rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"\xff" * path.stat().st_size)
+
+    def exported(raw: Path, out: Path) -> dict[str, bytes]:
+        report = export(raw, kind="both", layout="msprof", output=out)
+        files = [Path(f.path) for c in report.collections for f in c.files]
+        return {re.sub(r"_\d{14}", "", p.name): p.read_bytes() for p in files}
+
+    intact = exported(torch_run.raw, tmp_path / "intact")
+    assert "memory_record.csv" in intact and "operator_memory.csv" in intact
+    assert exported(garbled, tmp_path / "garbled") == intact
+    with pytest.raises(DecodeError, match="FRAMEWORK"):  # the torch_npu layout does read them
+        export(garbled, kind="summary", layout="torch_npu", output=tmp_path / "torch")
