@@ -307,7 +307,7 @@ def _export_one(
                 tables.add(source)
                 statistics.setdefault(source, []).extend(_aggregators(table, context.devices))
     router = Router(built, window, statistics)
-    # msprof.py reads no FRAMEWORK files, and none of its outputs need them
+    # msprof.py reads no FRAMEWORK files and none of its outputs need them (the window above may)
     planner = Planner(
         collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, framework=layout != "msprof"
     )
