@@ -126,11 +126,13 @@ def _export_arguments(parser: argparse.ArgumentParser, *, summary: bool) -> None
     )
     parser.add_argument("--layout", choices=("msprof", "torch_npu", "parquet"), default=None)
     parser.add_argument("--output", metavar="DIR", help="output directory (default: inside the PROF dir)")
+    _timeline_limit(parser, "cap on the total timeline output in MB (default 500)")
+
+
+def _timeline_limit(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """``--timeline-limit`` of export and collect: one range, each saying what it caps."""
     parser.add_argument(
-        "--timeline-limit",
-        type=_int_in(1, None, "--timeline-limit"),
-        metavar="MB",
-        help="cap on the total timeline output in MB (default 500)",
+        "--timeline-limit", type=_int_in(1, None, "--timeline-limit"), metavar="MB", help=help_text
     )
 
 
@@ -204,11 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("watch_dir", metavar="WATCH_DIR")
     collect.add_argument("--output", required=True, metavar="OUT")
     collect.add_argument("--storage-limit", type=_int_in(200, 4294967295, "--storage-limit"), metavar="MB")
-    collect.add_argument(
-        "--timeline-limit",
-        type=_int_in(1, None, "--timeline-limit"),
-        metavar="MB",
-        help="cap on the window directories' timeline files together; oldest windows go first (default 500)",
+    _timeline_limit(
+        collect,
+        "cap on the window directories' timeline files together; oldest windows go first (default 500)",
     )
     collect.add_argument(
         "--layout",

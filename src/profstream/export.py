@@ -291,11 +291,8 @@ def _export_one(
     window = _window(collection, selection, on_invalid, chunk_bytes)
     out_dir = base / OUTPUT_DIRS[layout]
     context = layout_context(collection, out_dir, window)
-    mb = 1 << 20
-    limits = Limits(
-        max_file_bytes=settings.timeline_file_mb * mb,
-        max_file_events=settings.timeline_file_events,
-        budget_bytes=settings.timeline_limit_mb * mb,
+    limits = Limits.in_megabytes(
+        settings.timeline_file_mb, settings.timeline_file_events, settings.timeline_limit_mb
     )
     built = outputs(context, layout, kind, fmt=fmt, level0=is_level0(collection), limits=limits)
     tables = {table for output in built for table in output.tables}

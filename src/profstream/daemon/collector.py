@@ -186,11 +186,7 @@ class CollectorConfig:
 
     def limits(self) -> Limits:
         """Roll sizes and budget of one window's timeline files."""
-        return Limits(
-            max_file_bytes=self.timeline_file_mb * MB,
-            max_file_events=self.timeline_file_events,
-            budget_bytes=self.timeline_limit_mb * MB,
-        )
+        return Limits.in_megabytes(self.timeline_file_mb, self.timeline_file_events, self.timeline_limit_mb)
 
 
 def stream_key(stream: Stream) -> str:

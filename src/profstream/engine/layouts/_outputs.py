@@ -317,6 +317,11 @@ class Limits:
     max_file_events: int | None = None
     budget_bytes: int | None = None
 
+    @classmethod
+    def in_megabytes(cls, file_mb: int, file_events: int, budget_mb: int) -> Limits:
+        """The limits as the settings give them: roll size and budget in MB (2^20 bytes)."""
+        return cls(max_file_bytes=file_mb << 20, max_file_events=file_events, budget_bytes=budget_mb << 20)
+
 
 class TimelineOutput(Output):
     """One chrome-trace file set (``msprof_{ts}.json`` or ``trace_view.json``), rolled and budgeted."""
