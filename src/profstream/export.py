@@ -306,7 +306,7 @@ def _export_one(
     router = Router(built, window, statistics)
     # msprof.py reads no FRAMEWORK files and none of its outputs need them (the window above may)
     planner = Planner(
-        collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, framework=layout != "msprof"
+        collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, read_framework=layout != "msprof"
     )
     pipeline, streams = planner.pipeline(sorted(tables))
     clock = _Span(collection)

@@ -96,7 +96,7 @@ class _FeedSpec:
 class Planner:
     """Builds pipelines for one collection; see the module docstring.
 
-    ``framework=False`` leaves the framework's FRAMEWORK files unread, as msprof.py does: its tables
+    ``read_framework=False`` leaves the framework's FRAMEWORK files unread, as msprof.py does: its tables
     then come from the CANN data alone (``memory`` and ``memory_record`` hold only GE rows, steps are
     the step-trace ones), and none of the framework operators or their reorder window run.
     """
@@ -110,10 +110,10 @@ class Planner:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         positions: dict[str, Any] | None = None,
         follow: Follow | None = None,
-        framework: bool = True,
+        read_framework: bool = True,
     ) -> None:
         self.collection = collection
-        self.framework = framework
+        self.read_framework = read_framework
         self.feedset = FeedSet(
             collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, positions=positions, follow=follow
         )
@@ -141,7 +141,7 @@ class Planner:
         for family in _STREAMED_NODE_INFO:
             if host is not None and fs.has(host, family):
                 specs[family] = _FeedSpec(host, family)
-        for family in _FRAMEWORK_FEEDS if self.framework else ():
+        for family in _FRAMEWORK_FEEDS if self.read_framework else ():
             if framework is not None and fs.has(framework, family):
                 specs[family] = _FeedSpec(framework, family)
         for device_id in self.devices:

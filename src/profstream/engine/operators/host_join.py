@@ -767,7 +767,7 @@ class _Settled:
         newest = np.r_[pairs[1:] != pairs[:-1], True]
         chosen, pairs = order[newest], pairs[newest]
         base = self.rows.num_rows
-        new_rows = described.take(pa.array(chosen)).select(_SETTLED.names).cast(_SETTLED)
+        new_rows = described.take(pa.array(chosen)).cast(_SETTLED)
         self.rows = pa.concat_tables([self.rows, new_rows])
         at = base + np.arange(len(chosen), dtype=np.int64)
         where = np.searchsorted(self._pairs, pairs)
