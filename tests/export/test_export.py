@@ -77,9 +77,16 @@ def test_op_summary_lists_every_matched_task_with_its_duration(graph_run: Run) -
         assert Decimal(row["Task Duration(us)"]) == micros(task["end_ns"] - task["start_ns"])  # type: ignore[operator]
         assert row["Op Name"] == task["op_name"]
         assert row["OP Type"] == task["op_type"]
-    # msprof's order: device by device, start times rising within each
-    devices = [int(r["Device_id"]) for r in written]
+    # msprof's order: device by device, start times rising within each, communication rows merged in
+    devices = [int(r["Device_id"]) for r in everything]
     assert devices == sorted(devices)
+    for device in set(devices):
+        starts = [
+            Decimal(r["Task Start Time(us)"].rstrip("\t"))
+            for r in everything
+            if int(r["Device_id"]) == device
+        ]
+        assert starts == sorted(starts)
     assert "Context ID" not in written[0]  # no STARS on 910A (msprof_outputs.md §2.1)
 
 
@@ -308,3 +315,21 @@ def test_the_msprof_layout_reads_no_framework_files(torch_run: Run, tmp_path: Pa
     assert exported(garbled, tmp_path / "garbled") == intact
     with pytest.raises(DecodeError, match="FRAMEWORK"):  # the torch_npu layout does read them
         export(garbled, kind="summary", layout="torch_npu", output=tmp_path / "torch")
+
+
+def test_communication_rows_merge_the_same_however_they_are_held(
+    graph_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """op_summary holds communication op rows until close, coalescing its batches every
+    ``HELD_BATCHES``: coalescing after every second batch must not change a byte."""
+    from profstream.engine.layouts import msprof
+
+    def op_summary(out: Path) -> bytes:
+        export(graph_run.raw, kind="summary", layout="msprof", output=out)
+        return one(out / "mindstudio_profiler_output", "op_summary_*.csv").read_bytes()
+
+    held = op_summary(tmp_path / "held")
+    monkeypatch.setattr(msprof, "HELD_BATCHES", 2)
+    coalesced = op_summary(tmp_path / "coalesced")
+    assert coalesced == held
+    assert held.count(b",COMMUNICATION,") > 2

@@ -158,7 +158,7 @@ OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
 #: the levels of the host tree, as small codes in the API state
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
 #: dead settled rows tolerated before compaction (see ``_Settled``)
-EVICT_COMPACT_ROWS = 1 << 16
+EVICT_COMPACT_ROWS = 1 << 14
 
 I64T, U64T, STR = pa.int64(), pa.uint64(), pa.string()
 _LAUNCHES = pa.schema(
@@ -742,8 +742,9 @@ class _Settled:
 
     Only that one can still be the latest launch before a later task of its key, so eviction keeps it
     here: rows are appended, a sorted index of (stream, task) pairs points at the live one of each
-    pair, and dead rows are compacted away once they pass a quarter of the live ones (a state of
-    1.25 live sets at most: at 3, its swings set the pipeline's peak RSS). Eviction and lookup cost
+    pair, and dead rows are compacted away once they pass an eighth of the live ones plus
+    ``EVICT_COMPACT_ROWS`` (at 1.25 live sets plus 65,536 rows, the dead rows alone held 10 MB of a
+    1 GB export's peak; at 3, the store's swings set the pipeline's peak RSS). Eviction and lookup cost
     the rows they touch plus a search, not a sort of everything kept (which made the join quadratic).
 
     The store holds up to 65,536 rows per stream and fills as slowly as a stream's task ids wrap, so
@@ -776,7 +777,7 @@ class _Settled:
         self._at[where[known]] = at[known]
         self._pairs = np.insert(self._pairs, where[~known], pairs[~known])
         self._at = np.insert(self._at, where[~known], at[~known])
-        if self.rows.num_rows > len(self._pairs) + len(self._pairs) // 4 + EVICT_COMPACT_ROWS:
+        if self.rows.num_rows > len(self._pairs) + len(self._pairs) // 8 + EVICT_COMPACT_ROWS:
             self._rebuild(pa.array(self._at))
             self._at = np.arange(len(self._pairs), dtype=np.int64)
         elif self.rows.column(0).num_chunks > MAX_CHUNKS:
