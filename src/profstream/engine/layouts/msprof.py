@@ -240,16 +240,17 @@ class TaskRows(SummaryOutput):
             for device, low in zip(*np.unique(devices, return_index=True), strict=True)
         }
 
-        def rest(device: int | None) -> Iterator[pa.RecordBatch]:
+        def rest(device: int) -> Iterator[pa.RecordBatch]:
             low, high = pending.pop(device, (0, 0))
             if high > low:
                 yield self._op_rows(ops.slice(low, high - low))
 
-        current = None
+        current: int | None = None
         for tasks in super()._replay():
             device = tasks.column("device_id")[0].as_py()
             if device != current:
-                yield from rest(current)
+                if current is not None:
+                    yield from rest(current)
                 current = device
             span = pending.get(device)
             if span is None:
