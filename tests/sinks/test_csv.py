@@ -167,16 +167,18 @@ TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=12)
 def test_python_csv_reads_back_every_cell(
     tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str | None, int | None]]
 ) -> None:
-    """Whatever the strings hold (commas, quotes, newlines), csv.reader gets the exact cells back."""
-    schema = pa.schema([("name", DICT), ("start_ns", pa.int64())])
+    """Whatever the strings hold (commas, quotes, newlines), csv.reader gets the exact cells back,
+    from a dictionary column (quoted per dictionary entry) and from a plain one (quoted per cell)."""
+    schema = pa.schema([("name", DICT), ("plain", pa.string()), ("start_ns", pa.int64())])
     directory = tmp_path_factory.mktemp("csv")
-    columns = [Column("name", "Name"), Column("start_ns", "Start(us)", "timestamp_us")]
+    columns = [
+        Column("name", "Name"),
+        Column("plain", "Plain"),
+        Column("start_ns", "Start(us)", "timestamp_us"),
+    ]
+    names = pa.array([r[0] for r in rows], pa.string())
     data = pa.record_batch(
-        [
-            pa.array([r[0] for r in rows], pa.string()).dictionary_encode(),
-            pa.array([r[1] for r in rows], pa.int64()),
-        ],
-        schema=schema,
+        [names.dictionary_encode(), names, pa.array([r[1] for r in rows], pa.int64())], schema=schema
     )
     with CsvSink(directory, schema, NAMING, columns=columns) as sink:
         sink.write(data)
@@ -184,13 +186,25 @@ def test_python_csv_reads_back_every_cell(
         assert sink.paths == []
         return
     read = list(csv.reader(io.StringIO(sink.paths[0].read_bytes().decode(), newline="")))
-    assert read[0] == ["Name", "Start(us)"]
+    assert read[0] == ["Name", "Plain", "Start(us)"]
 
     def micros(ns: int) -> str:
         return f"{'-' if ns < 0 else ''}{abs(ns) // 1000}.{abs(ns) % 1000:03d}\t"
 
-    expected = [["N/A" if name is None else name, "N/A" if ns is None else micros(ns)] for name, ns in rows]
+    expected = [
+        ["N/A" if name is None else name] * 2 + ["N/A" if ns is None else micros(ns)] for name, ns in rows
+    ]
     assert read[1:] == expected
+
+
+@pytest.mark.parametrize("char", ["]", "^", "-", "\\", "\t", "|"])
+def test_any_quoting_character_is_matched_literally(tmp_path: Path, char: str) -> None:
+    """Quoting characters that mean something in a regex character class quote only their own cells."""
+    schema = pa.schema([("name", pa.string())])
+    data = pa.record_batch([pa.array([f"a{char}b", "plain", "x,y"])], schema=schema)
+    with CsvSink(tmp_path, schema, NAMING, quote_chars=f",{char}") as sink:
+        sink.write(data)
+    assert sink.paths[0].read_bytes() == f'name\n"a{char}b"\nplain\n"x,y"\n'.encode()
 
 
 def test_a_failed_rename_removes_the_slices_already_renamed(tmp_path: Path) -> None:
