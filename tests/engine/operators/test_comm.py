@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from profstream.engine import schema
+from profstream.engine.operators import comm as comm_module
 from profstream.engine.operators.api import COMMUNICATION_LEVEL, NODE_LEVEL, RUNTIME_LEVEL, ApiEvents
 from profstream.engine.operators.comm import Communication
 from profstream.engine.operators.host_join import HostJoin
@@ -292,6 +293,38 @@ def test_an_op_is_emitted_once_a_later_task_on_its_stream_shows_its_missing_task
         ("hcom_broadcast_1_N/A_0_1", 1600, 1700),  # no info, no op info: msprof's N/A group
     ]
     assert comm.counts["incomplete_ops"] == 0
+
+
+def test_an_op_row_is_pruned_once_its_host_tasks_are_superseded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Op A launched three times on the same (stream, task) ids: each launch supersedes the last one's
+    host tasks, so the earlier op rows can go; the last launch runs once more, long after its host
+    tasks settled, so its op row must stay. Pruning as early as possible changes no output."""
+    device = [(6, 1, 0, 1000, 1010), (6, 2, 0, 1020, 1030), (6, 3, 0, 1040, 1050), (7, 1, 0, 1060, 1070)]
+
+    def run() -> tuple[pa.Table | None, pa.Table | None, Communication]:
+        steps: list[Step] = []
+        for k, start in enumerate((100, 5000, 10000)):
+            steps += [(stream, batch, start - 100) for stream, batch, _ in _op_a(start)]
+            runs = [(s, t, b, a + start, e + start) for s, t, b, a, e in device]
+            steps.append(("tasks@0", tasks(runs, k), start + 2000))
+        again = [(s, t, b, a + 20000, e + 20000) for s, t, b, a, e in device]
+        steps.append(("tasks@0", tasks(again, 2), DONE))
+        return _comm(*steps)
+
+    ops, task_rows, batched = run()
+    monkeypatch.setattr(comm_module, "OPS_SLACK", 0)
+    pruned_ops, pruned_tasks, eager = run()
+    assert ops is not None and task_rows is not None
+    assert [name.rsplit("_", 2)[1:] for (name,) in rows(ops, "op_name")] == [
+        ["0", "1"],
+        ["1", "1"],
+        ["2", "1"],
+        ["2", "2"],
+    ]
+    assert pruned_ops is not None and pruned_ops.equals(ops)
+    assert pruned_tasks is not None and pruned_tasks.equals(task_rows)
+    assert batched._ops.num_rows == 3  # the state under test: op rows kept
+    assert eager._ops.num_rows < 3
 
 
 def test_device_tasks_of_other_types_or_without_a_launch_are_ignored_or_counted() -> None:

@@ -76,13 +76,15 @@ from profstream.engine.operators.api import (
     progress_time,
     thawed,
 )
-from profstream.engine.operators.host_join import API_STATE, ApiTree, launched_on, task_key
+from profstream.engine.operators.host_join import API_STATE, ApiTree, SettledLaunches, launched_on, task_key
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 
 HCCL_TASK_TYPES = ("HCCL", "HCCL_AI_CPU")
 NO_NOTIFY = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 AICPU_KERNEL = "AicpuKernel"
 NA = "N/A"  # what msprof puts where an op has no group name
+#: op rows tolerated beyond twice those live at the last pruning (pruning scans every kept host task)
+OPS_SLACK = 1024
 I64T, U64T, F64T, STR, BOOL = pa.int64(), pa.uint64(), pa.float64(), pa.string(), pa.bool_()
 
 _TRACKS = pa.schema(
@@ -230,8 +232,10 @@ class Communication(Operator):
         self._tracks = empty(_TRACKS)
         self._infos = empty(_INFOS)
         self._op_infos = empty(_OP_INFOS)
-        self._host = empty(_HOST)
+        self._host = empty(_HOST)  # described host tasks launched since the last eviction's cut
+        self._settled_host = SettledLaunches(_HOST)  # older ones: the newest per (stream, task)
         self._ops = empty(_OPS)
+        self._ops_kept = 0  # op rows left by the last pruning
         self._device = empty(_DEVICE)
         self._open = empty(_OPEN)
         self._seq = 0
@@ -436,9 +440,10 @@ class Communication(Operator):
         found = latest_before(
             column(self._host, "key"), column(self._host, "time_ns"), keys, column(tasks, "start_ns")
         )
-        self.counts["unjoined_tasks"] += int((found < 0).sum())
-        tasks = tasks.filter(pa.array(found >= 0))
-        host = self._host.take(pa.array(found[found >= 0]))
+        streams = column(tasks, "stream_id")
+        host, joined = self._settled_host.join(self._host, found, streams, column(tasks, "task_id"), keys)
+        self.counts["unjoined_tasks"] += int((~joined).sum())
+        tasks, host = tasks.filter(pa.array(joined)), host.filter(pa.array(joined))
         if not tasks.num_rows:
             return
         op_id = column(host, "op_id")
@@ -457,8 +462,7 @@ class Communication(Operator):
             source = tasks if f.name in ("start_ns", "end_ns", "stream_id", "task_id", "context_id") else host
             columns[f.name] = source.column(f.name)
         self._open = append(self._open, pa.table(columns))
-        streams = column(tasks, "stream_id")
-        self._latest = _merge_latest(self._latest, streams, column(host, "time_ns"))
+        self._latest = _merge_latest(self._latest, column(tasks, "stream_id"), column(host, "time_ns"))
 
     def _iterations(self, op_id: I64, keys: I64) -> I64:
         """Iteration of each dealt task (start order): a task key already in the op's instance opens the next.
@@ -522,7 +526,8 @@ class Communication(Operator):
 
     def _settled(self, instances: I64, row_instance: I64) -> npt.NDArray[np.bool_]:
         """Which (op, iteration) instances can get no more tasks (see :meth:`_emit`)."""
-        host_op = column(self._host, "op_id")
+        host = self._host_tasks(np.unique(instances[:, 0]))
+        host_op = host["op_id"]
         order = np.argsort(host_op, kind="stable")
         low = np.searchsorted(host_op[order], instances[:, 0], "left")
         high = np.searchsorted(host_op[order], instances[:, 0], "right")
@@ -530,17 +535,24 @@ class Communication(Operator):
         owner = np.repeat(np.arange(len(instances)), sizes)  # (instance, host task of its op) pairs
         within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
         host_row = order[np.repeat(low, sizes) + within]
-        host_keys = column(self._host, "key")[host_row]
+        host_keys = host["key"][host_row]
         pair = dense_ids(np.r_[owner, row_instance], np.r_[host_keys, column(self._open, "key")])
         dealt = np.isin(pair[: len(owner)], pair[len(owner) :])
         streams, latest = self._latest
-        at_stream = np.searchsorted(streams, column(self._host, "stream_id")[host_row])
-        known = (at_stream < len(streams)) & (
-            gather(streams, at_stream) == column(self._host, "stream_id")[host_row]
-        )
-        passed = known & (gather(latest, at_stream) > column(self._host, "time_ns")[host_row])
+        at_stream = np.searchsorted(streams, host["stream_id"][host_row])
+        known = (at_stream < len(streams)) & (gather(streams, at_stream) == host["stream_id"][host_row])
+        passed = known & (gather(latest, at_stream) > host["time_ns"][host_row])
         missing = np.bincount(owner[~(dealt | passed)], minlength=len(instances))
         return np.asarray(missing == 0, np.bool_)
+
+    def _host_tasks(self, ops: I64) -> dict[str, I64]:
+        """Op, key, stream and launch time of the kept host tasks (recent and settled) of ``ops``."""
+        names = ("op_id", "key", "stream_id", "time_ns")
+        live = self._settled_host.live_rows()
+        settled = {name: column(self._settled_host.rows, name)[live] for name in names}
+        mine = np.isin(settled["op_id"], ops)
+        recent = {name: column(self._host, name) for name in names}
+        return {name: np.r_[recent[name], settled[name][mine]] for name in names}
 
     def _rows(self, tasks: pa.Table) -> list[Emit]:
         """Op rows and task rows of finished instances, with msprof's op names."""
@@ -629,28 +641,29 @@ class Communication(Operator):
         return pa.array(names, STR)
 
     def _evict(self, joined_until: int, located: int) -> None:
-        """Drop APIs, records, host tasks and ops no track or device task can need any more."""
+        """Settle host tasks older than every device task still to join (only the newest of each
+        (stream, task) can still be joined, as in the host join), prune op rows, and drop the APIs and
+        records no track can need any more."""
         self._evicted_at = (joined_until, located)
-        times = column(self._host, "time_ns")
-        old = times < joined_until
+        old = column(self._host, "time_ns") < joined_until
         if old.any():
-            stream, task = column(self._host, "stream_id"), column(self._host, "task_id")
-            order = np.lexsort((times, task, stream))
-            newest = np.ones(len(order), np.bool_)
-            same = (stream[order][1:] == stream[order][:-1]) & (task[order][1:] == task[order][:-1])
-            newest[:-1] = ~same | ~old[order][1:]
-            keep = np.zeros(len(order), np.bool_)
-            keep[order] = newest | ~old[order]
-            self._host = self._host.filter(pa.array(keep))
-        live = np.isin(
-            column(self._ops, "op_id"), np.r_[column(self._host, "op_id"), column(self._open, "op_id")]
-        )
-        self._ops = self._ops.filter(pa.array(live))
+            self._settled_host.add(self._host.filter(pa.array(old)))
+            self._host = self._host.filter(pa.array(~old))
+        self._prune_ops()
         pending = column(self._tracks, "time_ns")
         cutoff = min(located, int(pending.min())) if len(pending) else located
         self._infos = self._keep(self._infos, COMMUNICATION_LEVEL, cutoff, located, "infos_outside_apis")
         self._op_infos = self._keep(self._op_infos, NODE_LEVEL, cutoff, located, "op_infos_outside_apis")
         self._apis.keep_ending_after(cutoff)
+
+    def _prune_ops(self) -> None:
+        """Drop op rows no kept host task or open instance refers to, once they have doubled."""
+        if self._ops.num_rows <= 2 * self._ops_kept + OPS_SLACK:
+            return
+        settled = column(self._settled_host.rows, "op_id")[self._settled_host.live_rows()]
+        referred = np.r_[column(self._host, "op_id"), settled, column(self._open, "op_id")]
+        self._ops = self._ops.filter(pa.array(np.isin(column(self._ops, "op_id"), referred)))
+        self._ops_kept = self._ops.num_rows
 
     def _keep(self, rows: pa.Table, level: int, cutoff: int, located: int, counter: str) -> pa.Table:
         if not rows.num_rows:
@@ -673,7 +686,9 @@ class Communication(Operator):
                 "infos": frozen(self._infos),
                 "op_infos": frozen(self._op_infos),
                 "host": frozen(self._host),
+                "settled": frozen(self._settled_host.live()),
                 "ops": frozen(self._ops),
+                "ops_kept": self._ops_kept,
                 "device": frozen(self._device),
                 "open": frozen(self._open),
                 "api_done": self._api_done,
@@ -692,7 +707,10 @@ class Communication(Operator):
         self._infos = thawed(doc["infos"], _INFOS)
         self._op_infos = thawed(doc["op_infos"], _OP_INFOS)
         self._host = thawed(doc["host"], _HOST)
+        self._settled_host = SettledLaunches(_HOST)
+        self._settled_host.add(thawed(doc["settled"], _HOST))
         self._ops = thawed(doc["ops"], _OPS)
+        self._ops_kept = int(doc["ops_kept"])
         self._device = thawed(doc["device"], _DEVICE)
         self._open = thawed(doc["open"], _OPEN)
         self._api_done = int(doc["api_done"])

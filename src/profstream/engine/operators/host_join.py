@@ -157,7 +157,7 @@ TENSOR_COLUMNS = (
 OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
 #: the levels of the host tree, as small codes in the API state
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
-#: dead settled rows tolerated before compaction (see ``_Settled``)
+#: dead settled rows tolerated before compaction (see ``SettledLaunches``)
 EVICT_COMPACT_ROWS = 1 << 14
 
 I64T, U64T, STR = pa.int64(), pa.uint64(), pa.string()
@@ -241,9 +241,6 @@ _DESCRIBED = pa.schema(
         ("launch_thread_id", I64T),
     ]
 )
-
-#: ``_Settled``'s rows: ``_DESCRIBED`` with dictionary-encoded text
-_SETTLED = pa.schema([pa.field(f.name, schema.DICT if f.type == STR else f.type) for f in _DESCRIBED])
 
 
 def task_key(stream: Array, task: Array, batch: Array) -> I64:
@@ -425,7 +422,7 @@ class HostJoin(Operator):
         self._device = empty(self._device_schema)
         self._launches = empty(_LAUNCHES)
         self._described = empty(_DESCRIBED)
-        self._settled = _Settled()
+        self._settled = SettledLaunches(_DESCRIBED)
         self._apis = ApiTree(TREE_LEVELS)
         self._basic = empty(_BASIC)
         self._tensors = empty(_TENSORS)
@@ -659,20 +656,9 @@ class HostJoin(Operator):
             keys,
             column(tasks, "start_ns"),
         )
-        # a launch settled by eviction is older than any task still to join (see _evict)
-        settled = np.where(found < 0, self._settled.find(stream, task, keys), -1)
-        self.counts["unjoined_tasks"] += int(((found < 0) & (settled < 0)).sum())
+        host, joined = self._settled.join(self._described, found, stream, task, keys)
+        self.counts["unjoined_tasks"] += int((~joined).sum())
         columns = {name: tasks.column(name) for name in self._device_schema.names}
-        older = settled >= 0
-        if not older.any():
-            host = self._described.take(pa.array(found, mask=found < 0))
-        elif older.all():
-            host = self._settled.rows.take(pa.array(settled))
-        else:
-            recent = self._described.take(pa.array(found, mask=found < 0))
-            oldest = self._settled.rows.take(pa.array(settled, mask=~older))
-            use = pa.array(older)
-            host = pa.table({n: pc.if_else(use, oldest.column(n), recent.column(n)) for n in HOST_COLUMNS})
         columns |= {name: host.column(name) for name in HOST_COLUMNS}
         return [(self.outputs[0], schema.conform(self._out_schema, columns))]
 
@@ -726,7 +712,7 @@ class HostJoin(Operator):
         self._device = thawed(doc["device"], self._device_schema)
         self._launches = thawed(doc["launches"], _LAUNCHES)
         self._described = thawed(doc["described"], _DESCRIBED)
-        self._settled = _Settled()
+        self._settled = SettledLaunches(_DESCRIBED)
         self._settled.add(thawed(doc["settled"], _DESCRIBED))
         self._apis = ApiTree(TREE_LEVELS, thawed(doc["apis"], API_STATE))
         self._basic = thawed(doc["basic"], _BASIC)
@@ -737,7 +723,7 @@ class HostJoin(Operator):
         self.counts = {k: int(v) for k, v in doc["counts"].items()}
 
 
-class _Settled:
+class SettledLaunches:
     """The newest described launch of each (stream, task) that is older than every task still to join.
 
     Only that one can still be the latest launch before a later task of its key, so eviction keeps it
@@ -753,8 +739,12 @@ class _Settled:
     as plain strings) and a compaction rebuilds one column at a time.
     """
 
-    def __init__(self) -> None:
-        self.rows = empty(_SETTLED)
+    def __init__(self, described: pa.Schema) -> None:
+        self.described = described  #: the rows' schema as added and as :meth:`live` returns them
+        self.schema = pa.schema(
+            [pa.field(f.name, schema.DICT if f.type == STR else f.type) for f in described]
+        )
+        self.rows = empty(self.schema)
         self._pairs = np.empty(0, np.int64)  # sorted (stream << 32 | task)
         self._at = np.empty(0, np.int64)  # the row of each pair
 
@@ -768,7 +758,7 @@ class _Settled:
         newest = np.r_[pairs[1:] != pairs[:-1], True]
         chosen, pairs = order[newest], pairs[newest]
         base = self.rows.num_rows
-        new_rows = described.take(pa.array(chosen)).cast(_SETTLED)
+        new_rows = described.take(pa.array(chosen)).cast(self.schema)
         self.rows = pa.concat_tables([self.rows, new_rows])
         at = base + np.arange(len(chosen), dtype=np.int64)
         where = np.searchsorted(self._pairs, pairs)
@@ -786,10 +776,10 @@ class _Settled:
     def _rebuild(self, rows: pa.Array | None) -> None:
         """Keep ``rows`` (all if None) in one chunk, copying one column at a time."""
         columns = self.rows.columns
-        self.rows = empty(_SETTLED)  # each old column is freed as soon as its copy exists
+        self.rows = empty(self.schema)  # each old column is freed as soon as its copy exists
         for i, values in enumerate(columns):
             columns[i] = (values if rows is None else values.take(rows)).combine_chunks()
-        self.rows = pa.Table.from_arrays(columns, schema=_SETTLED)
+        self.rows = pa.Table.from_arrays(columns, schema=self.schema)
 
     def find(self, stream: I64, task: I64, keys: I64) -> I64:
         """The row of each query's pair whose full key (with the batch id) matches, else -1."""
@@ -804,7 +794,31 @@ class _Settled:
 
     def live(self) -> pa.Table:
         """The kept rows in pair order, text decoded (the same rows give the same snapshot)."""
-        return self.rows.take(pa.array(self._at)).cast(_DESCRIBED)
+        return self.rows.take(pa.array(self._at)).cast(self.described)
+
+    def live_rows(self) -> I64:
+        """Which of :attr:`rows` are kept (the others await compaction)."""
+        return self._at
+
+    def join(
+        self, recent: pa.Table, found: I64, stream: I64, task: I64, keys: I64
+    ) -> tuple[pa.Table, npt.NDArray[np.bool_]]:
+        """The launch of each query: row ``found`` of ``recent`` (the latest before it there), else the
+        settled one of its key, which is older than any task still to join; and which have one.
+
+        Text columns may come dictionary-encoded (the settled rows' own encoding).
+        """
+        settled = np.where(found < 0, self.find(stream, task, keys), -1)
+        older = settled >= 0
+        if not older.any():
+            return recent.take(pa.array(found, mask=found < 0)), found >= 0
+        oldest = self.rows.take(pa.array(settled, mask=~older))
+        if older.all():
+            return oldest, older
+        newer = recent.take(pa.array(found, mask=found < 0))
+        use = pa.array(older)
+        rows = {n: pc.if_else(use, oldest.column(n), newer.column(n)) for n in self.described.names}
+        return pa.table(rows), older | (found >= 0)
 
 
 def _lookup(values: pa.Array, names: Sequence[str]) -> I64:
