@@ -154,6 +154,19 @@ def test_floats_print_shortest_with_point_zero_and_non_finite_as_absent() -> Non
     assert one_member(values, null="N/A")[4] == b'{"v":"N/A"}'
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=40))
+def test_floats_print_as_python_repr(values: list[float]) -> None:
+    """Every finite float prints as Python's repr, which msprof's Python path writes: Arrow's own
+    text differs in layout below 1e-4 and from 1e10 on (0.00001, 1e-9, 1e+10)."""
+    assert float_text(pa.array(values, pa.float64())).to_pylist() == [repr(v) for v in values]
+
+
+def test_floats_at_the_layout_edges_print_as_python_repr() -> None:
+    values = [1e-4, 9.999e-5, 1e-5, 1.2345e-9, 1e10, 9999999999.5, 1.2345e15, 1e16, -0.0, 0.0, -1e-7]
+    assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values]
+
+
 def test_uint64_beyond_int64_prints_as_a_number() -> None:
     """uint64 ids above the int64 range keep their exact value."""
     assert one_member(pa.array([2**64 - 1, 5], pa.uint64())) == [b'{"v":18446744073709551615}', b'{"v":5}']

@@ -13,9 +13,9 @@ The canonical tables hold times as int64 nanoseconds (engine/schema.py); msprof 
 
 The exact text comes from reading the int64 as the unscaled value of a ``decimal128(20, 3)`` (the
 same bits sign-extended to 128), whose string cast inserts the point; this also covers negative
-values and the int64 extremes. Floats print as Arrow's shortest round-trip text, with ``.0`` added
-to integral values as Python's ``repr`` does (``21.0``); NaN and infinities have no msprof or JSON
-text and count as absent. Absent cells print a column's ``null`` text, ``N/A`` by default, as
+values and the int64 extremes. Floats print as Python's ``repr`` prints them (``21.0``, ``1e-05``,
+``10000000000.0``; see :func:`float_text`); NaN and infinities have no msprof or JSON text and count
+as absent. Absent cells print a column's ``null`` text, ``N/A`` by default, as
 msprof does.
 """
 
@@ -85,11 +85,29 @@ def micros_number(ns: pa.Array) -> pa.Array:
 
 
 def float_text(values: pa.Array) -> pa.Array:
-    """Shortest round-trip text of floats, ``.0`` on integral values; NaN and infinities -> null."""
+    """Python's ``repr`` of each float (how msprof's Python path and ``json.dumps`` print them);
+    NaN and infinities -> null.
+
+    Arrow's cast gives the same shortest round-trip digits, laid out differently only outside
+    ``1e-4 <= |v| < 1e10`` (``1e+10`` for Python's ``10000000000.0``, ``0.00001`` for ``1e-05``,
+    ``1e-9`` for ``1e-09``) and without Python's ``.0`` on integral values. So the ``.0`` is added
+    column-wise, and the rare cells outside that range are printed by ``repr`` itself.
+    """
+    finite = pc.is_finite(values).fill_null(False)
+    magnitude = pc.abs(values)
+    outside = pc.and_(
+        finite,
+        pc.or_(pc.greater_equal(magnitude, 1e10), pc.and_(pc.less(magnitude, 1e-4), pc.not_equal(values, 0))),
+    ).fill_null(False)
+    whole = pc.and_(pc.and_(finite, pc.invert(outside)), pc.equal(values, pc.floor(values))).fill_null(False)
     text = pc.cast(values, pa.string())
-    integral = pc.match_substring_regex(text, pattern="^-?[0-9]+$")
-    text = pc.if_else(integral, pc.binary_join_element_wise(text, ".0", ""), text)
-    return pc.if_else(pc.is_finite(values), text, pa.scalar(None, pa.string()))
+    if pc.any(whole).as_py():
+        text = pc.replace_with_mask(text, whole, pc.binary_join_element_wise(text.filter(whole), ".0", ""))
+    if pc.any(outside).as_py():
+        text = pc.replace_with_mask(
+            text, outside, pa.array([repr(v) for v in values.filter(outside).to_pylist()])
+        )
+    return pc.if_else(finite, text, pa.scalar(None, pa.string()))
 
 
 def is_text(kind: pa.DataType) -> bool:
