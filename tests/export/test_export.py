@@ -317,19 +317,62 @@ def test_the_msprof_layout_reads_no_framework_files(torch_run: Run, tmp_path: Pa
         export(garbled, kind="summary", layout="torch_npu", output=tmp_path / "torch")
 
 
-def test_communication_rows_merge_the_same_however_they_are_held(
-    graph_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """op_summary holds communication op rows until close, coalescing its batches every
-    ``HELD_BATCHES``: coalescing after every second batch must not change a byte."""
-    from profstream.engine.layouts import msprof
+def test_communication_rows_are_merged_by_start_whatever_order_they_come_in(tmp_path: Path) -> None:
+    """op_summary's communication rows arrive in settling order, several devices mixed, one device
+    with no task at all; each device's rows come out in start order, devices in order."""
+    import pyarrow as pa
 
-    def op_summary(out: Path) -> bytes:
-        export(graph_run.raw, kind="summary", layout="msprof", output=out)
-        return one(out / "mindstudio_profiler_output", "op_summary_*.csv").read_bytes()
+    from profstream.engine.layouts._outputs import Cell, Context
+    from profstream.engine.layouts.msprof import TaskRows
+    from profstream.engine.schema import conform, tasks_schema
 
-    held = op_summary(tmp_path / "held")
-    monkeypatch.setattr(msprof, "HELD_BATCHES", 2)
-    coalesced = op_summary(tmp_path / "coalesced")
-    assert coalesced == held
-    assert held.count(b",COMMUNICATION,") > 2
+    def tasks(device: int, starts: list[int]) -> pa.RecordBatch:
+        n = len(starts)
+        return conform(
+            tasks_schema(),
+            {
+                "device_id": pa.array([device] * n, pa.int32()),
+                "start_ns": pa.array(starts),
+                "end_ns": pa.array([s + 10 for s in starts]),
+                "op_name": pa.array([f"task{s}" for s in starts]),
+                "op_type": pa.array(["MatMul"] * n),
+                "task_type": pa.array(["AI_CORE"] * n),
+            },
+        )
+
+    def comm(rows: list[tuple[int, int]]) -> pa.RecordBatch:
+        return pa.record_batch(
+            {
+                "device_id": pa.array([d for d, _ in rows], pa.int32()),
+                "start_ns": pa.array([s for _, s in rows]),
+                "end_ns": pa.array([s + 5 for _, s in rows]),
+                "op_name": pa.array([f"op{s}" for _, s in rows]),
+                "op_type": pa.array([None] * len(rows), pa.string()),
+                "model_id": pa.array([1] * len(rows)),
+            }
+        )
+
+    context = Context(tmp_path, "20260101000000", 0, (0, 1, 2), [], stars=False, process_id=0)
+    cells = [Cell("Device_id", "device_id"), Cell("Op Name", "op_name"), Cell("Task Type", "task_type")]
+    output = TaskRows(context, "op_summary.csv", cells, label="COMMUNICATION")
+    output.write("comm", comm([(0, 350), (1, 150)]))
+    output.write("tasks", tasks(0, [100, 300]))
+    output.write("comm", comm([(0, 50), (2, 10), (0, 600)]))
+    output.write("tasks", tasks(1, [200, 400]))
+    output.write("tasks", tasks(0, [500]))
+    output.write("comm", comm([(1, 450)]))
+    [path] = output.close()
+    assert [(r["Device_id"], r["Op Name"], r["Task Type"]) for r in rows(path)] == [
+        ("0", "op50", "COMMUNICATION"),
+        ("0", "task100", "AI_CORE"),
+        ("0", "task300", "AI_CORE"),
+        ("0", "op350", "COMMUNICATION"),
+        ("0", "task500", "AI_CORE"),
+        ("0", "op600", "COMMUNICATION"),
+        ("1", "op150", "COMMUNICATION"),
+        ("1", "task200", "AI_CORE"),
+        ("1", "task400", "AI_CORE"),
+        ("1", "op450", "COMMUNICATION"),
+        ("2", "op10", "COMMUNICATION"),
+    ]
+    assert not list(tmp_path.glob(".spool-*"))  # the spools are gone

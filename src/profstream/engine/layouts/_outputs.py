@@ -6,8 +6,9 @@ Three kinds cover every file of the msprof and torch_npu layouts:
   Its cells are :class:`Cell` s: a header, where the value comes from, and its unit. msprof orders
   its merged summaries by device (host first, then ``device_0``, ``device_1`` ...;
   msprof_outputs.md §1.4) and in time within a device; the pipeline delivers devices interleaved,
-  so with more than one device each device's rows are spooled to an Arrow IPC stream on disk and
-  replayed in device order at close. Memory stays one batch; the spool is deleted after use.
+  so with more than one device each device's rows are spooled to an Arrow IPC stream on disk
+  (:class:`Spool`) and replayed in device order at close. Memory stays one batch; the spool is
+  deleted after use.
 * :class:`TimelineOutput`: one chrome-trace file set, events built per batch by the layout's
   :class:`EventBuilder` s, metadata (process/thread names) emitted the first time a process or
   thread appears.
@@ -120,30 +121,43 @@ class Output(ABC):
         """Remove every temporary file."""
 
 
-class _Spool:
-    """Batches kept on disk per device, replayed in device order (Arrow IPC streams)."""
+class Spool:
+    """Batches kept on disk per key (a device), replayed in key order (Arrow IPC streams).
 
-    def __init__(self, directory: Path) -> None:
+    ``name`` keeps the files of several spools in one directory apart.
+    """
+
+    def __init__(self, directory: Path, name: str = "rows") -> None:
         self.directory = directory
+        self.name = name
         self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
         self._paths: dict[int, Path] = {}
 
-    def write(self, device: int, batch: pa.RecordBatch) -> None:
-        writer = self._writers.get(device)
+    def write(self, key: int, batch: pa.RecordBatch) -> None:
+        writer = self._writers.get(key)
         if writer is None:
-            path = self.directory / f"{len(self._paths)}.arrows"
-            self._paths[device] = path
-            writer = self._writers[device] = pa.ipc.new_stream(str(path), batch.schema)
+            path = self.directory / f"{self.name}-{len(self._paths)}.arrows"
+            self._paths[key] = path
+            writer = self._writers[key] = pa.ipc.new_stream(str(path), batch.schema)
         writer.write_batch(batch)
 
+    def pending(self) -> list[int]:
+        """The keys with rows not yet read back, in order."""
+        return sorted(self._paths)
+
+    def read(self, key: int) -> Iterator[pa.RecordBatch]:
+        """The batches of ``key`` as written; its file is deleted once they are all read."""
+        path = self._paths.pop(key)
+        self._writers.pop(key).close()
+        # read, not mapped: mapped pages of a large spool would all count as resident memory
+        with pa.OSFile(str(path)) as source:
+            yield from pa.ipc.open_stream(source)
+        path.unlink()
+
     def replay(self) -> Iterator[pa.RecordBatch]:
-        for writer in self._writers.values():
-            writer.close()
-        for device in sorted(self._paths):
-            # read, not mapped: mapped pages of a large spool would all count as resident memory
-            with pa.OSFile(str(self._paths[device])) as source:
-                yield from pa.ipc.open_stream(source)
-            self._paths[device].unlink()
+        """Every key's batches, key by key."""
+        for key in self.pending():
+            yield from self.read(key)
 
 
 Rows = Callable[[pa.RecordBatch], pa.RecordBatch]
@@ -189,11 +203,11 @@ class SummaryOutput(Output):
         self._key = key or (lambda b: b.column("device_id"))
         self._sink: TableSink | None = None
         self._spool_dir: Path | None = None
-        self._spool: _Spool | None = None
+        self._spool: Spool | None = None
         if spool or key is not None or (by_device and len(context.devices) > 1):
             context.out_dir.mkdir(parents=True, exist_ok=True)
             self._spool_dir = Path(tempfile.mkdtemp(prefix=".spool-", dir=context.out_dir))
-            self._spool = _Spool(self._spool_dir)
+            self._spool = Spool(self._spool_dir)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         if self._rows is not None:
@@ -248,6 +262,13 @@ class SummaryOutput(Output):
             return list(self._sink.paths)
         finally:
             self._remove_spool()
+
+    def _side_spool(self, name: str) -> Spool:
+        """Another spool in this output's spool directory, removed with it."""
+        if self._spool_dir is None:
+            msg = f"{type(self).__name__} has no spool directory (made with spool=False)"
+            raise ValueError(msg)
+        return Spool(self._spool_dir, name)
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
         """The spooled rows, key by key (none without a spool)."""

@@ -22,8 +22,8 @@ Choices where the spec leaves room:
   STARS also reports (``sub_task_parents``); §4e's rule for multi-context FFTS+ groups is not applied.
 * api_statistic's ``Device_id`` is the collection's first device, as the real C++ file in
   shared/realdata shows (``0``), not ``host``.
-* step_trace holds its rows (one per iteration, output-sized) until close, because the number of
-  Reduce column pairs is the largest count in any iteration (§2.4).
+* step_trace spools its rows (one per iteration) until close and reads them back at once there,
+  because the number of Reduce column pairs is the largest count in any iteration (§2.4).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from profstream.engine.layouts._outputs import (
     Processes,
     SummaryOutput,
     TimelineOutput,
+    split_by,
     stamp,
 )
 from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, text
@@ -178,8 +179,6 @@ _HELD_OPS = pa.schema(
         ("model_id", pa.int64()),
     ]
 )
-#: held op batches coalesced into one (each small batch costs its buffers' allocation overhead)
-HELD_BATCHES = 256
 
 
 class TaskRows(SummaryOutput):
@@ -189,9 +188,9 @@ class TaskRows(SummaryOutput):
     kernel_details.csv in shared/realdata shows them with Task ID ``N/A`` and type ``HCCL``, Block
     Num 0, the rest ``N/A``). Rows are spooled per device and the device's op rows are merged into
     them by start time, so the wait time runs over both as msprof computes it. The op rows arrive in
-    settling order, not start order, so they are held until close: output-sized, the six columns of
-    :data:`_HELD_OPS` (about 60 bytes per op, 5 MB for the 85,000 ops of a 5 GB run), widened to
-    the task schema only as they are merged.
+    settling order, not start order, so they too are spooled per device, in the six columns of
+    :data:`_HELD_OPS`; at close each device's op rows (about 60 bytes per op) are read back, sorted
+    and widened to the task schema as they are merged.
     """
 
     def __init__(
@@ -200,22 +199,26 @@ class TaskRows(SummaryOutput):
         super().__init__(context, "tasks", name, cells, rows=op_summary_rows, spool=True, **options)
         self.tables = ("tasks", "comm")
         self._label = label
-        self._ops: list[pa.RecordBatch] = []
+        self._held_ops = self._side_spool("comm")
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         if table != "comm":
             super().write(table, batch)
             return
-        self._ops.append(
-            pa.RecordBatch.from_arrays(
-                [batch.column(f.name).cast(f.type) for f in _HELD_OPS], schema=_HELD_OPS
-            )
+        ops = pa.RecordBatch.from_arrays(
+            [batch.column(f.name).cast(f.type) for f in _HELD_OPS], schema=_HELD_OPS
         )
-        if len(self._ops) >= HELD_BATCHES:
-            self._ops = pa.Table.from_batches(self._ops, _HELD_OPS).combine_chunks().to_batches()
+        for device, rows in split_by(ops, ops.column("device_id")):
+            self._held_ops.write(device, rows)
+
+    def _device_ops(self, device: int) -> pa.Table:
+        """The op rows of ``device`` in start order (none left spooled afterwards)."""
+        if device not in self._held_ops.pending():
+            return pa.Table.from_batches([], _HELD_OPS)
+        return pa.Table.from_batches(list(self._held_ops.read(device)), _HELD_OPS).sort_by("start_ns")
 
     def _op_rows(self, ops: pa.Table) -> pa.RecordBatch:
-        """Held op rows in the task schema: task type ``label``, Block Num 0, no task, stream or context."""
+        """Op rows in the task schema: task type ``label``, Block Num 0, no task, stream or context."""
         n = ops.num_rows
         return conform(
             tasks_schema(self.context.metric_columns),
@@ -228,44 +231,27 @@ class TaskRows(SummaryOutput):
         )
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
-        ops = pa.Table.from_batches(self._ops, _HELD_OPS).sort_by(
-            [("device_id", "ascending"), ("start_ns", "ascending")]
-        )
-        self._ops = []
-        devices = ops.column("device_id").to_numpy()
-        starts = ops.column("start_ns").to_numpy()
-        # per device, the range of its (start-sorted) op rows not merged yet
-        pending = {
-            int(device): [int(low), int(np.searchsorted(devices, device, "right"))]
-            for device, low in zip(*np.unique(devices, return_index=True), strict=True)
-        }
-
-        def rest(device: int) -> Iterator[pa.RecordBatch]:
-            low, high = pending.pop(device, (0, 0))
-            if high > low:
-                yield self._op_rows(ops.slice(low, high - low))
-
         current: int | None = None
+        ops = pa.Table.from_batches([], _HELD_OPS)
+        merged = 0  # op rows of the current device already yielded
         for tasks in super()._replay():
             device = tasks.column("device_id")[0].as_py()
             if device != current:
-                if current is not None:
-                    yield from rest(current)
-                current = device
-            span = pending.get(device)
-            if span is None:
-                yield tasks
-                continue
+                if merged < ops.num_rows:
+                    yield self._op_rows(ops.slice(merged))
+                current, ops, merged = device, self._device_ops(device), 0
             last = pc.max(tasks.column("start_ns")).as_py()
-            due = int(np.searchsorted(starts[span[0] : span[1]], last, "right"))
-            if not due:
+            due = int(np.searchsorted(ops.column("start_ns").to_numpy(), last, "right")) - merged
+            if due <= 0:
                 yield tasks
                 continue
-            merged = pa.Table.from_batches([tasks, self._op_rows(ops.slice(span[0], due))])
-            span[0] += due
-            yield merged.unify_dictionaries().sort_by("start_ns").combine_chunks().to_batches()[0]
-        for device in sorted(pending):
-            yield from rest(device)
+            both = pa.Table.from_batches([tasks, self._op_rows(ops.slice(merged, due))])
+            merged += due
+            yield both.unify_dictionaries().sort_by("start_ns").combine_chunks().to_batches()[0]
+        if merged < ops.num_rows:
+            yield self._op_rows(ops.slice(merged))
+        for device in self._held_ops.pending():  # devices with communication but no task rows
+            yield self._op_rows(self._device_ops(device))
 
 
 class WaitTime:
@@ -333,25 +319,20 @@ class StepTraceCsv(SummaryOutput):
             msprof_slice_names("step_trace", context.timestamp, suffix),
             [],
             fmt=fmt,
-            by_device=False,
+            rows=self._iterations,
+            spool=True,
         )
-        self._held: list[pa.RecordBatch] = []
 
     @staticmethod
     def _iterations(batch: pa.RecordBatch) -> pa.RecordBatch:
         return batch.filter(pc.equal(text(batch.column("kind")), "model"))
 
-    def write(self, table: str, batch: pa.RecordBatch) -> None:
-        batch = self._iterations(batch)
-        if batch.num_rows:
-            self._held.append(batch)
-
-    def close(self) -> list[Path]:
-        if not self._held:
-            return []
-        table = pa.Table.from_batches(self._held).sort_by(
-            [("device_id", "ascending"), ("end_ns", "ascending")]
-        )
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        """Every iteration read back at once: the columns depend on the busiest one."""
+        rows = list(super()._replay())
+        if not rows:
+            return
+        table = pa.Table.from_batches(rows).sort_by([("device_id", "ascending"), ("end_ns", "ascending")])
         pairs = pc.max(pc.list_value_length(table.column("reduce_start_ns"))).as_py() or 0
         self.cells = [
             Cell("Device_id", "device_id"),
@@ -374,9 +355,7 @@ class StepTraceCsv(SummaryOutput):
                 stamp("Reduce Start(us)", functools.partial(_reduce, k=k, which="start")),
                 Cell("Reduce Duration(us)", functools.partial(_reduce_duration, k=k), "duration_us"),
             ]
-        for batch in table.combine_chunks().to_batches():
-            self._emit(batch)
-        return super().close()
+        yield from table.combine_chunks().to_batches()
 
 
 def _reduce(batch: pa.RecordBatch, k: int, which: str) -> pa.Array:
