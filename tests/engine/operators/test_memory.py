@@ -17,6 +17,7 @@ import profstream
 from profstream import events
 from profstream.codecs.framework import BLOCK_FREE, FREE, MALLOC, NPU_DEVICE_TYPE
 from profstream.engine.feeds import FeedSet
+from profstream.engine.operators import memory as memory_module
 from profstream.engine.operators.framework_ops import FrameworkOps
 from profstream.engine.operators.memory import Memory, NpuMemory
 from profstream.engine.runtime import Pipeline, at
@@ -424,6 +425,26 @@ def memory_steps() -> list[Step]:
             base + 800,
         ]
     return steps
+
+
+def test_a_large_release_is_emitted_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One emit step turns about ``EMIT_RECORDS`` records into rows; slicing changes no row, only
+    where the ``memory`` rows of one step are cut into batches (each sorted by allocation time)."""
+
+    def make() -> Any:
+        return Memory([0], hashes=hash_dic(), ops_lag_ns=300)
+
+    steps = [s for s in memory_steps() if not isinstance(s, int)]  # all released at the end, at once
+    whole = drive(make(), steps)
+    monkeypatch.setattr(memory_module, "EMIT_RECORDS", 4)
+    got = drive(make(), steps)
+    assert got["memory_record"] == whole["memory_record"]
+    assert sorted(map(repr, got["memory"])) == sorted(map(repr, whole["memory"]))
+    sliced = make()
+    for step in steps:
+        sliced.push(*step)
+    batches = [b for name, b in sliced.finish() if name == "memory_record"]
+    assert len(batches) > 10 and max(b.num_rows for b in batches) <= 2 * (4 + 4)  # PTA+GE rows double
 
 
 @pytest.mark.parametrize("cut", [1, 3, 7, 12, 19])

@@ -89,6 +89,11 @@ class Pending:
         self._chunks = kept
         return self._joined(taken)
 
+    def times_before(self, until: int) -> Int64Array:
+        """The times of the rows with ``time < until`` (left pending)."""
+        times = [chunk["time"] for chunk in self._chunks]
+        return np.concatenate([t[t < until] for t in times]) if times else np.empty(0, np.int64)
+
     def columns(self) -> Columns:
         """Every pending row as one table (for snapshots)."""
         return self._joined(self._chunks)

@@ -120,6 +120,9 @@ EXCLUDED_OPS = ("empty_tensor", "malloc_workspace")
 OWNER_PREFIXES = ("aten", "npu")
 #: bytes of the ``MsprofMemoryInfo`` payload; shorter records are dropped (cann_raw_formats.md §2.9)
 GE_MIN_DATA_LEN = 48
+#: records one emit step turns into rows, about: the end of a run or a watermark jump releases a whole
+#: reorder window at once (613,100 memory_record rows and +120 MB of peak RSS in one step, 1 GB torch_npu run)
+EMIT_RECORDS = 65_536
 
 # PTA records not yet final, and the payload each carries into the match (name = resolved op)
 _PTA = ("time", "seq", "pid", "tid", "ptr", "kind", "component", "inner", "size", "allocated",
@@ -453,6 +456,17 @@ class Memory(Operator):
     # ------------------------------------------------------------------ emission
 
     def _emit(self, until: int, *, final: bool) -> list[Emit]:
+        """The rows of the records before ``until``, in slices of at most about ``EMIT_RECORDS``
+        records: a slice is what a smaller watermark step would have released."""
+        pending = [getattr(self, name).times_before(until) for name in ("_pta", "_ge", "_app")]
+        times = np.sort(np.concatenate(pending))
+        bounds = np.unique(times[EMIT_RECORDS::EMIT_RECORDS]).tolist()
+        out: list[Emit] = []
+        for bound in bounds:
+            out += self._emit_slice(bound, final=False)
+        return out + self._emit_slice(until, final=final)
+
+    def _emit_slice(self, until: int, *, final: bool) -> list[Emit]:
         self._resolve_enqueues(until)
         pta, ge, app = (self._take(name, until) for name in ("_pta", "_ge", "_app"))
         out: list[Emit] = []
