@@ -57,7 +57,9 @@ device, and the ops still reachable: ops running at the horizon or starting afte
 before it on each thread with its ancestors, dequeue windows still open, and enqueues whose dequeue
 may come. :meth:`Memory.output_watermark` promises the horizon, or the oldest open allocation.
 ``memory`` rows come in the order their group closes (sorted by allocation time within a batch);
-allocations never released come out at :meth:`Memory.finish`.
+allocations never released come out at :meth:`Memory.finish`. A watermark step or the end releases
+its records in slices of about ``EMIT_RECORDS`` (one batch each), so a whole reorder window never
+turns into rows at once.
 """
 
 from __future__ import annotations
