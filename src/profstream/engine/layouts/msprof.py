@@ -233,6 +233,7 @@ class TaskRows(SummaryOutput):
     def _replay(self) -> Iterator[pa.RecordBatch]:
         current: int | None = None
         ops = pa.Table.from_batches([], _HELD_OPS)
+        starts = np.empty(0, np.int64)  # of the current device's op rows
         merged = 0  # op rows of the current device already yielded
         for tasks in super()._replay():
             device = tasks.column("device_id")[0].as_py()
@@ -240,8 +241,9 @@ class TaskRows(SummaryOutput):
                 if merged < ops.num_rows:
                     yield self._op_rows(ops.slice(merged))
                 current, ops, merged = device, self._device_ops(device), 0
+                starts = ops.column("start_ns").to_numpy()
             last = pc.max(tasks.column("start_ns")).as_py()
-            due = int(np.searchsorted(ops.column("start_ns").to_numpy(), last, "right")) - merged
+            due = int(np.searchsorted(starts, last, "right")) - merged
             if due <= 0:
                 yield tasks
                 continue

@@ -547,12 +547,11 @@ class Communication(Operator):
 
     def _host_tasks(self, ops: I64) -> dict[str, I64]:
         """Op, key, stream and launch time of the kept host tasks (recent and settled) of ``ops``."""
+        store = self._settled_host
+        live = store.live_rows()
+        settled = store.rows.take(pa.array(live[np.isin(column(store.rows, "op_id")[live], ops)]))
         names = ("op_id", "key", "stream_id", "time_ns")
-        live = self._settled_host.live_rows()
-        settled = {name: column(self._settled_host.rows, name)[live] for name in names}
-        mine = np.isin(settled["op_id"], ops)
-        recent = {name: column(self._host, name) for name in names}
-        return {name: np.r_[recent[name], settled[name][mine]] for name in names}
+        return {name: np.r_[column(self._host, name), column(settled, name)] for name in names}
 
     def _rows(self, tasks: pa.Table) -> list[Emit]:
         """Op rows and task rows of finished instances, with msprof's op names."""

@@ -460,9 +460,12 @@ class Memory(Operator):
     def _emit(self, until: int, *, final: bool) -> list[Emit]:
         """The rows of the records before ``until``, in slices of at most about ``EMIT_RECORDS``
         records: a slice is what a smaller watermark step would have released."""
-        pending = [getattr(self, name).times_before(until) for name in ("_pta", "_ge", "_app")]
-        times = np.sort(np.concatenate(pending))
-        bounds = np.unique(times[EMIT_RECORDS::EMIT_RECORDS]).tolist()
+        times = np.concatenate([getattr(self, name).times_before(until) for name in ("_pta", "_ge", "_app")])
+        bounds = (
+            np.unique(np.sort(times)[EMIT_RECORDS::EMIT_RECORDS]).tolist()
+            if times.size > EMIT_RECORDS
+            else []
+        )
         out: list[Emit] = []
         for bound in bounds:
             out += self._emit_slice(bound, final=False)
