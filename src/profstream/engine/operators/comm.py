@@ -76,7 +76,8 @@ from profstream.engine.operators.api import (
     progress_time,
     thawed,
 )
-from profstream.engine.operators.host_join import API_STATE, ApiTree, SettledLaunches, launched_on, task_key
+from profstream.engine.operators.host_join import API_STATE, ApiTree, launched_on, task_key
+from profstream.engine.operators.settled import SettledLaunches
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 
 HCCL_TASK_TYPES = ("HCCL", "HCCL_AI_CPU")
@@ -548,10 +549,9 @@ class Communication(Operator):
     def _host_tasks(self, ops: I64) -> dict[str, I64]:
         """Op, key, stream and launch time of the kept host tasks (recent and settled) of ``ops``."""
         store = self._settled_host
-        live = store.live_rows()
-        settled = store.rows.take(pa.array(live[np.isin(column(store.rows, "op_id")[live], ops)]))
+        slots = np.flatnonzero(np.isin(store.values("op_id"), ops))
         names = ("op_id", "key", "stream_id", "time_ns")
-        return {name: np.r_[column(self._host, name), column(settled, name)] for name in names}
+        return {name: np.r_[column(self._host, name), store.values(name, slots)] for name in names}
 
     def _rows(self, tasks: pa.Table) -> list[Emit]:
         """Op rows and task rows of finished instances, with msprof's op names."""
@@ -659,7 +659,7 @@ class Communication(Operator):
         """Drop op rows no kept host task or open instance refers to, once they have doubled."""
         if self._ops.num_rows <= 2 * self._ops_kept + OPS_SLACK:
             return
-        settled = column(self._settled_host.rows, "op_id")[self._settled_host.live_rows()]
+        settled = self._settled_host.values("op_id")
         referred = np.r_[column(self._host, "op_id"), settled, column(self._open, "op_id")]
         self._ops = self._ops.filter(pa.array(np.isin(column(self._ops, "op_id"), referred)))
         self._ops_kept = self._ops.num_rows

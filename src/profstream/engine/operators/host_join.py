@@ -79,7 +79,6 @@ from profstream.engine.operators.api import (
     COMMUNICATION_LEVEL,
     I64,
     LEVEL_NUMBERS,
-    MAX_CHUNKS,
     MODEL_LEVEL,
     NODE_LEVEL,
     RUNTIME_LEVEL,
@@ -100,6 +99,7 @@ from profstream.engine.operators.api import (
     progress_time,
     thawed,
 )
+from profstream.engine.operators.settled import SettledLaunches
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 
 #: GeDataType ([MSP] analysis/common_func/ms_constant/ge_enum_constant.py)
@@ -157,8 +157,6 @@ TENSOR_COLUMNS = (
 OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
 #: the levels of the host tree, as small codes in the API state
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
-#: dead settled rows tolerated before compaction (see ``SettledLaunches``)
-EVICT_COMPACT_ROWS = 1 << 14
 
 I64T, U64T, STR = pa.int64(), pa.uint64(), pa.string()
 _LAUNCHES = pa.schema(
@@ -721,104 +719,6 @@ class HostJoin(Operator):
         self._seq = int(doc["seq"])
         self._evicted_at = (int(doc["evicted_at"][0]), int(doc["evicted_at"][1]))
         self.counts = {k: int(v) for k, v in doc["counts"].items()}
-
-
-class SettledLaunches:
-    """The newest described launch of each (stream, task) that is older than every task still to join.
-
-    Only that one can still be the latest launch before a later task of its key, so eviction keeps it
-    here: rows are appended, a sorted index of (stream, task) pairs points at the live one of each
-    pair, and dead rows are compacted away once they pass an eighth of the live ones plus
-    ``EVICT_COMPACT_ROWS`` (at 1.25 live sets plus 65,536 rows, the dead rows alone held 10 MB of a
-    1 GB export's peak; at 3, the store's swings set the pipeline's peak RSS). Eviction and lookup cost
-    the rows they touch plus a search, not a sort of everything kept (which made the join quadratic).
-
-    The store holds up to 65,536 rows per stream and fills as slowly as a stream's task ids wrap, so
-    its size, and the copy a compaction makes, would grow with the input for most of a run: its text
-    columns are dictionary-encoded (a few dozen distinct op names and shapes, against 200 bytes a row
-    as plain strings) and a compaction rebuilds one column at a time.
-    """
-
-    def __init__(self, described: pa.Schema) -> None:
-        self.described = described  #: the rows' schema as added and as :meth:`live` returns them
-        self.schema = pa.schema(
-            [pa.field(f.name, schema.DICT if f.type == STR else f.type) for f in described]
-        )
-        self.rows = empty(self.schema)
-        self._pairs = np.empty(0, np.int64)  # sorted (stream << 32 | task)
-        self._at = np.empty(0, np.int64)  # the row of each pair
-
-    def add(self, described: pa.Table) -> None:
-        """Settle rows (all older than any task to come): per pair the newest one replaces the kept one."""
-        if not described.num_rows:
-            return
-        stream, task = column(described, "stream_id"), column(described, "task_id")
-        order = np.lexsort((column(described, "time_ns"), task, stream))
-        pairs = (stream[order] << 32) | task[order]
-        newest = np.r_[pairs[1:] != pairs[:-1], True]
-        chosen, pairs = order[newest], pairs[newest]
-        base = self.rows.num_rows
-        new_rows = described.take(pa.array(chosen)).cast(self.schema)
-        self.rows = pa.concat_tables([self.rows, new_rows])
-        at = base + np.arange(len(chosen), dtype=np.int64)
-        where = np.searchsorted(self._pairs, pairs)
-        known = where < len(self._pairs)
-        known[known] = self._pairs[where[known]] == pairs[known]
-        self._at[where[known]] = at[known]
-        self._pairs = np.insert(self._pairs, where[~known], pairs[~known])
-        self._at = np.insert(self._at, where[~known], at[~known])
-        if self.rows.num_rows > len(self._pairs) + len(self._pairs) // 8 + EVICT_COMPACT_ROWS:
-            self._rebuild(pa.array(self._at))
-            self._at = np.arange(len(self._pairs), dtype=np.int64)
-        elif self.rows.column(0).num_chunks > MAX_CHUNKS:
-            self._rebuild(None)
-
-    def _rebuild(self, rows: pa.Array | None) -> None:
-        """Keep ``rows`` (all if None) in one chunk, copying one column at a time."""
-        columns = self.rows.columns
-        self.rows = empty(self.schema)  # each old column is freed as soon as its copy exists
-        for i, values in enumerate(columns):
-            columns[i] = (values if rows is None else values.take(rows)).combine_chunks()
-        self.rows = pa.Table.from_arrays(columns, schema=self.schema)
-
-    def find(self, stream: I64, task: I64, keys: I64) -> I64:
-        """The row of each query's pair whose full key (with the batch id) matches, else -1."""
-        if not len(self._pairs):
-            return np.full(len(keys), -1, np.int64)
-        pairs = (np.asarray(stream, np.int64) << 32) | np.asarray(task, np.int64)
-        where = np.minimum(np.searchsorted(self._pairs, pairs), len(self._pairs) - 1)
-        row = np.where(self._pairs[where] == pairs, self._at[where], -1)
-        same = row >= 0
-        same[same] = column(self.rows, "key")[row[same]] == keys[same]
-        return np.where(same, row, -1)
-
-    def live(self) -> pa.Table:
-        """The kept rows in pair order, text decoded (the same rows give the same snapshot)."""
-        return self.rows.take(pa.array(self._at)).cast(self.described)
-
-    def live_rows(self) -> I64:
-        """Which of :attr:`rows` are kept (the others await compaction)."""
-        return self._at
-
-    def join(
-        self, recent: pa.Table, found: I64, stream: I64, task: I64, keys: I64
-    ) -> tuple[pa.Table, npt.NDArray[np.bool_]]:
-        """The launch of each query: row ``found`` of ``recent`` (the latest before it there), else the
-        settled one of its key, which is older than any task still to join; and which have one.
-
-        Text columns may come dictionary-encoded (the settled rows' own encoding).
-        """
-        settled = np.where(found < 0, self.find(stream, task, keys), -1)
-        older = settled >= 0
-        if not older.any():
-            return recent.take(pa.array(found, mask=found < 0)), found >= 0
-        oldest = self.rows.take(pa.array(settled, mask=~older))
-        if older.all():
-            return oldest, older
-        newer = recent.take(pa.array(found, mask=found < 0))
-        use = pa.array(older)
-        rows = {n: pc.if_else(use, oldest.column(n), newer.column(n)) for n in self.described.names}
-        return pa.table(rows), older | (found >= 0)
 
 
 def _lookup(values: pa.Array, names: Sequence[str]) -> I64:

@@ -174,7 +174,9 @@ class OperatorDetails(Operator):
         linked = task >= 0
         self._counts["flows_without_task"] += int((~linked).sum())
         tasks = take(self._tasks, task[linked])
-        self._tasks = take(self._tasks, np.setdiff1d(np.arange(rows(self._tasks)), task[linked]))
+        unclaimed = np.ones(rows(self._tasks), np.bool_)
+        unclaimed[task[linked]] = False
+        self._tasks = take(self._tasks, unclaimed)
         src = (ints(flows.column(c))[linked] for c in ("src_pid", "src_tid", "src_ns"))
         op = self._find_ops(*src)
         found = op >= 0

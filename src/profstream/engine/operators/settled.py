@@ -1,0 +1,192 @@
+"""The newest launch of each (stream, task) that is older than every device task still to join.
+
+Task ids wrap, so a device task joins the latest launch of its key before its start (host_join.py).
+Once a launch is older than every task still to come, only the newest one of its (stream, task) can
+still be that latest launch: a graph replayed by the device runs the same launched task ids again
+long after their launch. HostJoin and Communication keep those launches here.
+
+The store holds up to one row per (stream, task), so it fills as slowly as a stream's task ids wrap:
+for most of a long run it grows, and at 65,536 task ids per stream it can reach hundreds of
+thousands of rows. Each pair therefore owns a fixed slot, and a newer launch overwrites its slot in
+place: nothing is ever compacted or copied as a whole. An Arrow table with appended rows and periodic
+compaction needed a copy of each column that grew with the store, and those copies set the operator
+stage's peak RSS on long inputs (bench/README.md, "Operator stage", session 7). Slots live in blocks
+of ``SLOT_BLOCK`` rows that are allocated as they fill; text is kept as int32 codes into one word
+list per column (a few dozen distinct op names and shapes, against about 200 bytes a row as plain
+strings).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from profstream.engine import schema
+from profstream.engine.operators.api import I64, column
+
+#: rows per storage block (a block of the host join's store is about 9 MB)
+SLOT_BLOCK_BITS = 16
+SLOT_BLOCK = 1 << SLOT_BLOCK_BITS
+STR = pa.string()
+#: one block of a column (values, validity or text codes)
+Block = npt.NDArray[Any]
+
+
+class _Placement:
+    """Where each of some slots lives: per block, the positions asking for it and its offsets there."""
+
+    def __init__(self, slots: I64) -> None:
+        block = slots >> SLOT_BLOCK_BITS
+        order = np.argsort(block, kind="stable")
+        bounds = np.searchsorted(block[order], np.arange(int(block.max(initial=-1)) + 2))
+        offset = slots & (SLOT_BLOCK - 1)
+        self.count = len(slots)
+        self.parts = [
+            (b, order[low:high], offset[order[low:high]])
+            for b, (low, high) in enumerate(itertools.pairwise(bounds))
+            if high > low
+        ]
+
+    def gather(self, blocks: list[Block]) -> Block:
+        out = np.empty(self.count, blocks[0].dtype)
+        for b, positions, offsets in self.parts:
+            out[positions] = blocks[b][offsets]
+        return out
+
+    def scatter(self, blocks: list[Block], values: Block) -> None:
+        for b, positions, offsets in self.parts:
+            blocks[b][offsets] = values[positions]
+
+
+class SettledLaunches:
+    """Per (stream, task) the newest settled launch, in a slot of its own (see the module docstring)."""
+
+    def __init__(self, described: pa.Schema) -> None:
+        self.described = described  #: the rows' schema as added and as :meth:`live` returns them
+        self._text = {f.name for f in described if f.type == STR}
+        self._dtypes = {
+            f.name: np.dtype(f.type.to_pandas_dtype()) for f in described if f.name not in self._text
+        }
+        self._blocks: dict[str, list[Block]] = {f.name: [] for f in described}
+        self._valid: dict[str, list[Block]] = {name: [] for name in self._dtypes}
+        self._words: dict[str, dict[str, int]] = {name: {} for name in self._text}
+        self._pairs = np.empty(0, np.int64)  # sorted (stream << 32 | task)
+        self._at = np.empty(0, np.int64)  # the slot of each pair
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def add(self, described: pa.Table) -> None:
+        """Settle rows (all older than any task to come): per pair the newest one replaces the kept one."""
+        if not described.num_rows:
+            return
+        stream, task = column(described, "stream_id"), column(described, "task_id")
+        order = np.lexsort((column(described, "time_ns"), task, stream))
+        pairs = (stream[order] << 32) | task[order]
+        newest = np.r_[pairs[1:] != pairs[:-1], True]
+        chosen, pairs = order[newest], pairs[newest]
+        where = np.searchsorted(self._pairs, pairs)
+        known = where < len(self._pairs)
+        known[known] = self._pairs[where[known]] == pairs[known]
+        slots = np.empty(len(pairs), np.int64)
+        slots[known] = self._at[where[known]]
+        slots[~known] = len(self._pairs) + np.arange(int((~known).sum()), dtype=np.int64)
+        self._pairs = np.insert(self._pairs, where[~known], pairs[~known])
+        self._at = np.insert(self._at, where[~known], slots[~known])
+        self._reserve(len(self._pairs))
+        rows = described.take(pa.array(chosen))
+        placement = _Placement(slots)
+        for name in self.described.names:
+            values = rows.column(name).combine_chunks()
+            if name in self._text:
+                placement.scatter(self._blocks[name], self._codes(name, values))
+            else:
+                placement.scatter(self._valid[name], values.is_valid().to_numpy(zero_copy_only=False))
+                dtype = self._dtypes[name]
+                filled = values.fill_null(dtype.type(0).item()).to_numpy(zero_copy_only=False)
+                placement.scatter(self._blocks[name], np.asarray(filled, dtype))
+
+    def _reserve(self, slots: int) -> None:
+        """Blocks for ``slots`` slots (new blocks come zeroed: untouched pages cost no memory)."""
+        while len(next(iter(self._blocks.values()))) * SLOT_BLOCK < slots:
+            for name, blocks in self._blocks.items():
+                blocks.append(np.zeros(SLOT_BLOCK, np.int32 if name in self._text else self._dtypes[name]))
+            for valid in self._valid.values():
+                valid.append(np.zeros(SLOT_BLOCK, np.bool_))
+
+    def _codes(self, name: str, values: pa.Array) -> Block:
+        """The column's codes of ``values`` (-1 for null), adding words it has not seen."""
+        encoded = values if pa.types.is_dictionary(values.type) else values.dictionary_encode()
+        codes = self._words[name]
+        words = encoded.dictionary.to_pylist()
+        mapping = np.array([codes.setdefault(word, len(codes)) for word in words] + [-1], np.int32)
+        indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+        return np.asarray(mapping[indices])
+
+    def find(self, stream: I64, task: I64, keys: I64) -> I64:
+        """The slot of each query's pair whose full key (with the batch id) matches, else -1."""
+        if not len(self._pairs):
+            return np.full(len(keys), -1, np.int64)
+        pairs = (np.asarray(stream, np.int64) << 32) | np.asarray(task, np.int64)
+        where = np.minimum(np.searchsorted(self._pairs, pairs), len(self._pairs) - 1)
+        slot = np.where(self._pairs[where] == pairs, self._at[where], -1)
+        same = slot >= 0
+        same[same] = self.values("key", slot[same]) == keys[same]
+        return np.where(same, slot, -1)
+
+    def values(self, name: str, slots: I64 | None = None) -> Block:
+        """A numeric column at ``slots`` (every kept pair's when None; nulls read as 0)."""
+        if slots is None:
+            slots = np.arange(len(self._pairs), dtype=np.int64)
+        if not len(slots):
+            return np.empty(0, self._dtypes[name])
+        return _Placement(slots).gather(self._blocks[name])
+
+    def take(self, slots: I64) -> pa.Table:
+        """The rows at ``slots``, a null row where a slot is -1; text dictionary-encoded."""
+        missing = slots < 0
+        placement = _Placement(np.where(missing, 0, slots))
+        columns = []
+        for field in self.described:
+            if not len(self._pairs):
+                columns.append(pa.nulls(len(slots), schema.DICT if field.name in self._text else field.type))
+            elif field.name in self._text:
+                codes = placement.gather(self._blocks[field.name])
+                words = pa.array(list(self._words[field.name]), STR)
+                indices = pa.array(codes, mask=missing | (codes < 0))
+                columns.append(pa.DictionaryArray.from_arrays(indices, words))
+            else:
+                valid = placement.gather(self._valid[field.name])
+                values = placement.gather(self._blocks[field.name])
+                columns.append(pa.array(values, field.type, mask=missing | ~valid))
+        names = self.described.names
+        return pa.Table.from_arrays(columns, names=names)
+
+    def live(self) -> pa.Table:
+        """The kept rows in pair order, text decoded (the same rows give the same snapshot)."""
+        return self.take(self._at).cast(self.described)
+
+    def join(
+        self, recent: pa.Table, found: I64, stream: I64, task: I64, keys: I64
+    ) -> tuple[pa.Table, npt.NDArray[np.bool_]]:
+        """The launch of each query: row ``found`` of ``recent`` (the latest before it there), else the
+        settled one of its key, which is older than any task still to join; and which have one.
+
+        Text columns may come dictionary-encoded (the settled rows' own encoding).
+        """
+        settled = np.where(found < 0, self.find(stream, task, keys), -1)
+        older = settled >= 0
+        if not older.any():
+            return recent.take(pa.array(found, mask=found < 0)), found >= 0
+        oldest = self.take(settled)
+        if older.all():
+            return oldest, older
+        newer = recent.take(pa.array(found, mask=found < 0))
+        use = pa.array(older)
+        rows = {n: pc.if_else(use, oldest.column(n), newer.column(n)) for n in self.described.names}
+        return pa.table(rows), older | (found >= 0)
