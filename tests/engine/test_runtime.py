@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from profstream.engine.runtime import (
     DONE,
+    START,
     Emit,
     Feed,
     Operator,
@@ -93,6 +94,28 @@ def test_chained_operators_carry_watermarks() -> None:
     pipeline = Pipeline(_feeds([[1, 5], [9]], [[2], [7]]), [second, first])  # any declaration order
     assert _merged(pipeline, "out") == [1, 2, 5, 7, 9]
     assert second.watermarks == sorted(second.watermarks)
+
+
+def test_an_operator_is_advanced_only_when_fed_or_its_watermark_moved() -> None:
+    only_a = SortedMerge(("a",), "from_a")
+    both = SortedMerge(("a", "b"), "from_both")
+    # pulls: a(1) b(1) a(4) b(7) a(9) b(8) b(end) a(end); every pull of b leaves "a" alone
+    pipeline = Pipeline(_feeds([[1], [4], [9]], [[1], [7], [8]]), [only_a, both])
+    assert [t for _, b in pipeline.run(["from_both"]) for t in b.column("t").to_pylist()] == [
+        1,
+        1,
+        4,
+        7,
+        8,
+        9,
+    ]
+    assert only_a.watermarks == [1, 4, 9, DONE]
+    # a(4) arrives while b holds the mark at 1: same watermark, but fed, so advanced again
+    assert both.watermarks == [START, 1, 1, 4, 7, 8, 9, DONE]
+    # a batch alone (same watermark) still advances: it may hold rows the operator can emit now
+    late = SortedMerge(("a",), "late")
+    list(Pipeline([Feed("a", _batches([[5], [3], [5]]), "t")], [late]).run())
+    assert late.watermarks == [5, 5, 5, DONE]
 
 
 def test_slack_holds_back_the_watermark() -> None:

@@ -10,7 +10,10 @@ intermediate streams). The consumer iterates :meth:`Pipeline.run`, which does th
 2. push it to every operator that consumes that feed;
 3. advance every operator (in topological order) to the minimum watermark of its inputs; an
    operator emits everything that can no longer change once no input will deliver anything older;
-   its outputs carry that watermark on to its consumers;
+   its outputs carry that watermark on to its consumers. An operator that got no batch since its
+   last advance and whose input watermark has not moved is skipped: it would emit nothing and
+   promise the same (advancing is a function of its state and the watermark), and most steps move
+   only a few of them;
 4. yield the output batches of the wanted streams.
 
 When every feed is exhausted the operators are finished in topological order.
@@ -167,6 +170,8 @@ class Pipeline:
                 self._marks[name] = START
         self._finished = False
         self._stalled = False
+        self._advanced: dict[int, int] = {}  # id(operator) -> the watermark of its last advance
+        self._fed: set[int] = set()  # id(operator) of those pushed a batch since their last advance
 
     @property
     def stalled(self) -> bool:
@@ -210,10 +215,13 @@ class Pipeline:
             self._marks[feed.name] = feed.watermark
             if batch is not None:
                 out.append((feed.name, batch))
-                for op in self._consumers.get(feed.name, ()):
-                    op.push(feed.name, batch)
+                self._push(feed.name, batch)
             for op in self.operators:
                 mark = min((self._marks[name] for name in op.inputs), default=DONE)
+                if self._advanced.get(id(op)) == mark and id(op) not in self._fed:
+                    continue
+                self._advanced[id(op)] = mark
+                self._fed.discard(id(op))
                 self._route(op.advance(mark), out)
                 promised = op.output_watermark(mark)
                 for name in op.outputs:
@@ -243,8 +251,12 @@ class Pipeline:
             if batch.num_rows == 0:
                 continue
             out.append((name, batch))
-            for consumer in self._consumers.get(name, ()):
-                consumer.push(name, batch)
+            self._push(name, batch)
+
+    def _push(self, name: str, batch: pa.RecordBatch) -> None:
+        for consumer in self._consumers.get(name, ()):
+            consumer.push(name, batch)
+            self._fed.add(id(consumer))
 
     def snapshot(self) -> bytes:
         """Feed positions, watermarks and operator states, as one msgpack document."""
@@ -265,6 +277,7 @@ class Pipeline:
         for op, state in zip(self.operators, doc["operators"], strict=True):
             op.restore(state)
         self._marks.update(doc["marks"])
+        self._advanced.clear()
         for name, (_, mark) in doc["feeds"].items():
             self.feeds[name].watermark = mark
 
