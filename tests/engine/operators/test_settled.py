@@ -58,9 +58,10 @@ def described(rows: list[tuple[Any, ...]], first_ns: int) -> pa.Table:
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of 8 slots, so a few dozen pairs span several of them."""
+    """Blocks of 8 slots, so a few dozen pairs span several of them; unused words forgotten past 2."""
     monkeypatch.setattr(settled, "SLOT_BLOCK_BITS", 3)
     monkeypatch.setattr(settled, "SLOT_BLOCK", 8)
+    monkeypatch.setattr(settled, "WORDS_KEPT", 2)
 
 
 @settings(max_examples=60, deadline=None)
@@ -116,3 +117,12 @@ def test_values_reads_numeric_columns_of_every_pair_or_of_some_slots() -> None:
     assert store.values("time_ns", slots).tolist() == [19, 100]
     assert store.take(slots).column("block_dim").to_pylist() == [190, None]
     assert store.take(slots).column("op_name").to_pylist() == ["Add", "MatMul"]
+
+
+def test_words_no_kept_row_uses_are_forgotten() -> None:
+    store = SettledLaunches(DESCRIBED)
+    for time_ns, word in enumerate(["Add", "Mul", "Sub", "Div", "Exp", "Log"]):
+        store.add(described([(0, 1, 0, word, None, None, None)], time_ns))  # one pair, overwritten
+    names = store.take(np.array([0])).column("op_name").chunk(0)
+    assert names.to_pylist() == ["Log"]
+    assert len(names.dictionary) <= 3  # not all six: the limit (2) doubles from the words in use

@@ -32,6 +32,9 @@ from profstream.engine.operators.api import I64, column
 #: rows per storage block (a block of the host join's store is about 9 MB)
 SLOT_BLOCK_BITS = 16
 SLOT_BLOCK = 1 << SLOT_BLOCK_BITS
+#: distinct words a text column may collect before those no kept row uses are forgotten (dynamic shapes
+#: give a new shape text per sequence length, and overwritten rows leave theirs behind)
+WORDS_KEPT = 4096
 STR = pa.string()
 #: one block of a column (values, validity or text codes)
 Block = npt.NDArray[Any]
@@ -75,6 +78,8 @@ class SettledLaunches:
         self._blocks: dict[str, list[Block]] = {f.name: [] for f in described}
         self._valid: dict[str, list[Block]] = {name: [] for name in self._dtypes}
         self._words: dict[str, dict[str, int]] = {name: {} for name in self._text}
+        self._word_limit = dict.fromkeys(self._text, WORDS_KEPT)
+        self._word_arrays: dict[str, pa.Array] = {}  # the words as Arrow strings, while unchanged
         self._pairs = np.empty(0, np.int64)  # sorted (stream << 32 | task)
         self._at = np.empty(0, np.int64)  # the slot of each pair
 
@@ -105,6 +110,8 @@ class SettledLaunches:
             values = rows.column(name).combine_chunks()
             if name in self._text:
                 placement.scatter(self._blocks[name], self._codes(name, values))
+                if len(self._words[name]) > self._word_limit[name]:
+                    self._forget_words(name)
             else:
                 placement.scatter(self._valid[name], values.is_valid().to_numpy(zero_copy_only=False))
                 dtype = self._dtypes[name]
@@ -127,6 +134,26 @@ class SettledLaunches:
         mapping = np.array([codes.setdefault(word, len(codes)) for word in words] + [-1], np.int32)
         indices = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
         return np.asarray(mapping[indices])
+
+    def _forget_words(self, name: str) -> None:
+        """Renumber the column's words to those its kept rows use (at most once per doubling)."""
+        blocks, filled = self._blocks[name], len(self._pairs)
+        codes = np.concatenate([b[: max(0, filled - i * SLOT_BLOCK)] for i, b in enumerate(blocks)])
+        used = np.unique(codes[codes >= 0])
+        renumbered = np.full(len(self._words[name]) + 1, -1, np.int32)  # the last entry maps -1 (null)
+        renumbered[used] = np.arange(len(used), dtype=np.int32)
+        for block in blocks:
+            block[:] = renumbered[block]
+        words = list(self._words[name])
+        self._words[name] = {words[code]: i for i, code in enumerate(used.tolist())}
+        self._word_limit[name] = max(WORDS_KEPT, 2 * len(used))
+        self._word_arrays.pop(name, None)
+
+    def _word_array(self, name: str) -> pa.Array:
+        words = self._word_arrays.get(name)
+        if words is None or len(words) != len(self._words[name]):
+            words = self._word_arrays[name] = pa.array(list(self._words[name]), STR)
+        return words
 
     def find(self, stream: I64, task: I64, keys: I64) -> I64:
         """The slot of each query's pair whose full key (with the batch id) matches, else -1."""
@@ -157,7 +184,7 @@ class SettledLaunches:
                 columns.append(pa.nulls(len(slots), schema.DICT if field.name in self._text else field.type))
             elif field.name in self._text:
                 codes = placement.gather(self._blocks[field.name])
-                words = pa.array(list(self._words[field.name]), STR)
+                words = self._word_array(field.name)
                 indices = pa.array(codes, mask=missing | (codes < 0))
                 columns.append(pa.DictionaryArray.from_arrays(indices, words))
             else:
