@@ -9,8 +9,9 @@ The store holds up to one row per (stream, task), so it fills as slowly as a str
 for most of a long run it grows, and at 65,536 task ids per stream it can reach hundreds of
 thousands of rows. Each pair therefore owns a fixed slot, and a newer launch overwrites its slot in
 place: nothing is ever compacted or copied as a whole. An Arrow table with appended rows and periodic
-compaction needed a copy of each column that grew with the store, and those copies set the operator
-stage's peak RSS on long inputs (bench/README.md, "Operator stage", session 7). Slots live in blocks
+compaction needed a copy of each column that grew with the store, and most of the operator stage's
+late peak-RSS rise on long inputs came during those copies (bench/README.md, "Operator stage",
+session 7). Slots live in blocks
 of ``SLOT_BLOCK`` rows that are allocated as they fill; text is kept as int32 codes into one word
 list per column (a few dozen distinct op names and shapes, against about 200 bytes a row as plain
 strings).
