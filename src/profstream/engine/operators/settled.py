@@ -129,7 +129,7 @@ class SettledLaunches:
 
     def _codes(self, name: str, values: pa.Array) -> Block:
         """The column's codes of ``values`` (-1 for null), adding words it has not seen."""
-        encoded = values if pa.types.is_dictionary(values.type) else values.dictionary_encode()
+        encoded = values.dictionary_encode()  # (a dictionary column comes back as it is)
         codes = self._words[name]
         words = encoded.dictionary.to_pylist()
         mapping = np.array([codes.setdefault(word, len(codes)) for word in words] + [-1], np.int32)
@@ -138,12 +138,11 @@ class SettledLaunches:
 
     def _forget_words(self, name: str) -> None:
         """Renumber the column's words to those its kept rows use (at most once per doubling)."""
-        blocks, filled = self._blocks[name], len(self._pairs)
-        codes = np.concatenate([b[: max(0, filled - i * SLOT_BLOCK)] for i, b in enumerate(blocks)])
+        codes = self._filled(name)
         used = np.unique(codes[codes >= 0])
         renumbered = np.full(len(self._words[name]) + 1, -1, np.int32)  # the last entry maps -1 (null)
         renumbered[used] = np.arange(len(used), dtype=np.int32)
-        for block in blocks:
+        for block in self._blocks[name]:
             block[:] = renumbered[block]
         words = list(self._words[name])
         self._words[name] = {words[code]: i for i, code in enumerate(used.tolist())}
@@ -170,20 +169,28 @@ class SettledLaunches:
     def values(self, name: str, slots: I64 | None = None) -> Block:
         """A numeric column at ``slots`` (every kept pair's when None; nulls read as 0)."""
         if slots is None:
-            slots = np.arange(len(self._pairs), dtype=np.int64)
+            return self._filled(name)
         if not len(slots):
             return np.empty(0, self._dtypes[name])
         return _Placement(slots).gather(self._blocks[name])
 
+    def _filled(self, name: str) -> Block:
+        """A column's values (or codes) of every used slot, in slot order."""
+        blocks = self._blocks[name]
+        if not blocks:
+            return np.empty(0, np.int32 if name in self._text else self._dtypes[name])
+        return np.concatenate(blocks)[: len(self._pairs)]
+
     def take(self, slots: I64) -> pa.Table:
         """The rows at ``slots``, a null row where a slot is -1; text dictionary-encoded."""
+        if not len(self._pairs):
+            kinds = [schema.DICT if f.name in self._text else f.type for f in self.described]
+            return pa.Table.from_arrays([pa.nulls(len(slots), kind) for kind in kinds], self.described.names)
         missing = slots < 0
         placement = _Placement(np.where(missing, 0, slots))
         columns = []
         for field in self.described:
-            if not len(self._pairs):
-                columns.append(pa.nulls(len(slots), schema.DICT if field.name in self._text else field.type))
-            elif field.name in self._text:
+            if field.name in self._text:
                 codes = placement.gather(self._blocks[field.name])
                 words = self._word_array(field.name)
                 indices = pa.array(codes, mask=missing | (codes < 0))
@@ -192,8 +199,7 @@ class SettledLaunches:
                 valid = placement.gather(self._valid[field.name])
                 values = placement.gather(self._blocks[field.name])
                 columns.append(pa.array(values, field.type, mask=missing | ~valid))
-        names = self.described.names
-        return pa.Table.from_arrays(columns, names=names)
+        return pa.Table.from_arrays(columns, names=self.described.names)
 
     def live(self) -> pa.Table:
         """The kept rows in pair order, text decoded (the same rows give the same snapshot)."""
