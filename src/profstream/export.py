@@ -115,11 +115,9 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
         for report in self.collections:
             lines.append(f"{report.path}")
             lines.append(f"  devices: {', '.join(map(str, report.devices)) or 'none'}")
-            steps = report.rows.get("steps", 0) + report.rows.get("framework_steps", 0)
-            lines.append(
-                f"  tasks: {report.rows.get('tasks', 0)}  ops: {report.rows.get('ops', 0)}"
-                f"  api: {report.rows.get('api', 0)}  steps: {steps}"
-            )
+            # only the tables this layout read: a count of 0 must mean none were found
+            counts = ", ".join(f"{table} {rows}" for table, rows in sorted(report.rows.items()))
+            lines.append(f"  rows: {counts or 'none'}")
             if report.window_ns is not None:
                 lines.append(f"  window: {report.window_ns[0]} .. {report.window_ns[1]} ns (host monotonic)")
             lines.append(f"  output: {report.output_dir}")
@@ -162,6 +160,7 @@ class Router:
         for output in self.outputs:
             for table in output.tables:
                 self._by_table.setdefault(table, []).append(output)
+                self.rows.setdefault(table, 0)  # a table read but empty counts 0 rows
 
     def route(self, stream: str, batch: pa.RecordBatch) -> None:
         table = stream.partition("@")[0]

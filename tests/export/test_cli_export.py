@@ -21,6 +21,10 @@ def test_export_summary_prints_the_files_it_wrote(
     out = capsys.readouterr().out
     assert "export summary (msprof layout)" in out
     assert "devices: 0, 1" in out
+    [rows] = [line for line in out.splitlines() if line.strip().startswith("rows: ")]
+    counts = dict(item.rsplit(" ", 1) for item in rows.strip().removeprefix("rows: ").split(", "))
+    assert int(counts["tasks"]) > 0
+    assert "ops" not in counts  # the msprof layout reads no framework ops: no misleading "ops 0"
     for line in out.splitlines():
         if line.strip().endswith(".csv"):
             name = line.split()[-1]

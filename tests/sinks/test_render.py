@@ -1,8 +1,9 @@
-"""The numba JSON renderer and the pyarrow cell formatting, against hand-derived text."""
+"""The numba row renderer (JSON objects, CSV lines) and the float text, against hand-derived text."""
 
 from __future__ import annotations
 
 import json
+import math
 from decimal import Decimal
 
 import numpy as np
@@ -11,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profstream.sinks._format import cell_text, float_text, micros_fixed, micros_number
+from profstream.sinks._format import float_text
 from profstream.sinks._json import Template, render_pieces
+from profstream.sinks._numbers import SHORTEST_MAX, SHORTEST_MIN
 
 I64_MIN = int(np.iinfo(np.int64).min)
 I64_MAX = int(np.iinfo(np.int64).max)
@@ -24,6 +26,14 @@ def render(template: Template) -> list[bytes]:
     pieces = render_pieces(compiled)
     assert all(len(piece) <= compiled.max_event for piece in pieces)
     return pieces
+
+
+def line_cells(value: object, **kwargs: object) -> list[str]:
+    """Each row's text in a one-cell line template (no line end)."""
+    rows = len(value) if isinstance(value, pa.Array | pa.ChunkedArray | np.ndarray) else 1
+    template = Template(rows, line_end="")
+    template.member("v", value, **kwargs)  # type: ignore[arg-type]
+    return [piece.decode() for piece in render(template)]
 
 
 def one_member(value: object, **kwargs: object) -> list[bytes]:
@@ -82,8 +92,8 @@ def test_dur_is_the_exact_decimal_without_trailing_zeros() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(I64_MIN, I64_MAX), min_size=1, max_size=30))
-def test_numba_and_pyarrow_microseconds_agree_with_decimal(values: list[int]) -> None:
-    """The kernel's ts/dur text, the pyarrow cell text and Python's Decimal are the same string."""
+def test_microseconds_agree_with_decimal(values: list[int]) -> None:
+    """The kernel's ts/dur text, in objects and in lines, and Python's Decimal are the same string."""
     ns = np.array(values, np.int64)
     one_member(ns)
     one_member(ns, role="ts_tab")
@@ -91,8 +101,8 @@ def test_numba_and_pyarrow_microseconds_agree_with_decimal(values: list[int]) ->
     trimmed = [micros_reference(v, trim=True) for v in values]
     assert [json.loads(p)["v"] for p in one_member(ns, role="ts")] == fixed
     assert [p[5:-1].decode() for p in one_member(ns, role="dur")] == trimmed
-    assert micros_fixed(pa.array(ns)).to_pylist() == fixed
-    assert micros_number(pa.array(ns)).to_pylist() == trimmed
+    assert line_cells(ns, role="ts") == fixed
+    assert line_cells(ns, role="dur") == trimmed
 
 
 def test_strings_are_escaped_like_json_dumps() -> None:
@@ -167,6 +177,29 @@ def test_floats_at_the_layout_edges_print_as_python_repr() -> None:
     assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values]
 
 
+def test_floats_next_to_powers_of_two_and_ten_print_as_python_repr() -> None:
+    """The shortest-digits search at its edges: the uneven neighbour spacing at powers of two, the
+    digit count and layout changing at powers of ten, the ends of the kernel's range."""
+    values = [0.0, -0.0, SHORTEST_MIN, SHORTEST_MAX, 5e-324, 1.7976931348623157e308]
+    for exponent in range(-40, 64):
+        power = 2.0**exponent
+        values += [power, math.nextafter(power, 0.0), math.nextafter(power, math.inf)]
+    for exponent in range(-10, 18):
+        power = 10.0**exponent
+        values += [power + step * math.ulp(power) for step in range(-200, 201)]
+    values += [-v for v in values]
+    assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values]
+
+
+def test_random_doubles_print_as_python_repr() -> None:
+    """Random bit patterns (every exponent) and random ratios, as msprof's metrics are."""
+    rng = np.random.default_rng(20261122)
+    patterns = rng.integers(0, 2**64 - 1, 100_000, dtype=np.uint64, endpoint=True).view(np.float64)
+    ratios = rng.integers(1, 10**7, 100_000) / rng.integers(1, 10**7, 100_000)
+    values = np.concatenate([patterns[np.isfinite(patterns)], ratios, rng.random(100_000) * 1e-6])
+    assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values.tolist()]
+
+
 def test_uint64_beyond_int64_prints_as_a_number() -> None:
     """uint64 ids above the int64 range keep their exact value."""
     assert one_member(pa.array([2**64 - 1, 5], pa.uint64())) == [b'{"v":18446744073709551615}', b'{"v":5}']
@@ -197,14 +230,23 @@ def test_bad_columns_are_refused_with_their_name() -> None:
         template.close()
 
 
-def test_summary_cells_from_dictionary_and_units() -> None:
-    """cell_text: timestamps get their TAB, dictionaries are formatted per entry."""
-    ns = pa.array([1500, None, -1], pa.int64())
-    assert cell_text(ns, "timestamp_us").to_pylist() == ["1.500\t", None, "-0.001\t"]
-    assert cell_text(ns, "duration_us").to_pylist() == ["1.5", None, "-0.001"]
-    assert cell_text(pa.array(["x", None, "x"]).dictionary_encode(), "raw").to_pylist() == ["x", None, "x"]
-    assert cell_text(pa.array([1, 2], pa.int32()), "raw").to_pylist() == ["1", "2"]
-    assert cell_text(pa.array([1500, 2500])[1:], "timestamp_us").to_pylist() == ["2.500\t"]
+def test_lines_print_every_cell_bare_with_its_null_text() -> None:
+    """A line template: no keys or braces, timestamps with their TAB, absent cells as their null
+    text (empty ones too), strings copied raw, one line end per row."""
+    template = Template(3, line_end="\r\n")
+    template.member("ts", pa.array([1500, None, -1], pa.int64()), role="ts_tab", null="N/A")
+    template.member("dur", pa.array([1500, 2000, None], pa.int64()), role="dur", null="")
+    template.member("name", pa.array(['"a,b"', None, "x"]).dictionary_encode(), role="raw", null="N/A")
+    template.member("f", pa.array([0.5, None, 1e-05]), null="N/A")
+    template.member("ok", pa.array([True, False, None]), null="")
+    template.member("quoted", pa.array([1, 2, 3]), role="ts", wrap=('"', '\t"'))
+    assert render(template) == [
+        b'1.500\t,1.5,"a,b",0.5,true,"0.001\t"\r\n',
+        b'N/A,2.0,N/A,N/A,false,"0.002\t"\r\n',
+        b'-0.001\t,,x,1e-05,,"0.003\t"\r\n',
+    ]
+    with pytest.raises(ValueError, match="object"):
+        template.open("args")
 
 
 def test_sliced_arrays_read_from_their_offset() -> None:

@@ -1,4 +1,4 @@
-"""Cell text of the summary sinks, computed column-wise with pyarrow.compute (never per row in Python).
+"""What the summary sinks print in each cell, and the float text they share.
 
 The canonical tables hold times as int64 nanoseconds (engine/schema.py); msprof prints microseconds:
 
@@ -11,11 +11,10 @@ The canonical tables hold times as int64 nanoseconds (engine/schema.py); msprof 
   (``12.34``, ``12.0``): what Python prints for msprof's ``round(ns / 1000, 3)`` floats, without
   the binary rounding.
 
-The exact text comes from reading the int64 as the unscaled value of a ``decimal128(20, 3)`` (the
-same bits sign-extended to 128), whose string cast inserts the point; this also covers negative
-values and the int64 extremes. Floats print as Python's ``repr`` prints them (``21.0``, ``1e-05``,
-``10000000000.0``; see :func:`float_text`); NaN and infinities have no msprof or JSON text and count
-as absent. Absent cells print a column's ``null`` text, ``N/A`` by default, as
+Both are integer arithmetic in the numba writer (:mod:`~profstream.sinks._numbers`), exact for
+negative values and the int64 extremes too. Floats print as Python's ``repr`` prints them (``21.0``,
+``1e-05``, ``10000000000.0``; see :func:`float_text`); NaN and infinities have no msprof or JSON
+text and count as absent. Absent cells print a column's ``null`` text, ``N/A`` by default, as
 msprof does.
 """
 
@@ -27,6 +26,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from profstream.sinks._numbers import SHORTEST_MAX, SHORTEST_MIN, float_texts
 
 Unit = Literal["raw", "duration_us", "timestamp_us"]
 UNITS: tuple[Unit, ...] = ("raw", "duration_us", "timestamp_us")
@@ -67,67 +68,33 @@ def resolve_columns(schema: pa.Schema, columns: list[Column] | None) -> list[Col
     return columns
 
 
-def micros_fixed(ns: pa.Array) -> pa.Array:
-    """int64 ns as exact microseconds with three decimals: ``-1500`` -> ``"-1.500"``."""
-    values = pc.cast(ns, pa.int64())
-    words = np.empty((len(values), 2), np.int64)
-    words[:, 0] = values.fill_null(0).to_numpy(zero_copy_only=False)
-    words[:, 1] = words[:, 0] >> 63  # sign extension to 128 bits
-    # the validity bitmap re-based at offset 0, as the new array expects
-    validity = pc.is_valid(values).buffers()[1] if values.null_count else None
-    decimal = pa.Array.from_buffers(pa.decimal128(20, 3), len(values), [validity, pa.py_buffer(words)])
-    return pc.cast(decimal, pa.string())
-
-
-def micros_number(ns: pa.Array) -> pa.Array:
-    """int64 ns as the exact microsecond decimal without trailing zeros: ``12300`` -> ``"12.3"``."""
-    return pc.replace_substring_regex(micros_fixed(ns), pattern="0{1,2}$", replacement="")
-
-
 def float_text(values: pa.Array) -> pa.Array:
     """Python's ``repr`` of each float (how msprof's Python path and ``json.dumps`` print them);
     NaN and infinities -> null.
 
-    Arrow's cast gives the same shortest round-trip digits, laid out differently only outside
-    ``1e-4 <= |v| < 1e10`` (``1e+10`` for Python's ``10000000000.0``, ``0.00001`` for ``1e-05``,
-    ``1e-9`` for ``1e-09``) and without Python's ``.0`` on integral values. So the ``.0`` is added
-    column-wise, and the rare cells outside that range are printed by ``repr`` itself.
+    The numba kernel of :mod:`~profstream.sinks._numbers` prints every value from 1e-9 to 1e16
+    (nearly all); ``repr`` itself prints the rest. Floats narrower than 64 bits print as the double
+    they widen to, as Python's ``float()`` does.
     """
-    finite = pc.is_finite(values).fill_null(False)
-    magnitude = pc.abs(values)
-    outside = pc.and_(
-        finite,
-        pc.or_(pc.greater_equal(magnitude, 1e10), pc.and_(pc.less(magnitude, 1e-4), pc.not_equal(values, 0))),
-    ).fill_null(False)
-    whole = pc.and_(pc.and_(finite, pc.invert(outside)), pc.equal(values, pc.floor(values))).fill_null(False)
-    text = pc.cast(values, pa.string())
-    if pc.any(whole).as_py():
-        text = pc.replace_with_mask(text, whole, pc.binary_join_element_wise(text.filter(whole), ".0", ""))
-    if pc.any(outside).as_py():
-        text = pc.replace_with_mask(
-            text, outside, pa.array([repr(v) for v in values.filter(outside).to_pylist()])
-        )
-    return pc.if_else(finite, text, pa.scalar(None, pa.string()))
+    doubles = pc.cast(values, pa.float64())
+    numbers = doubles.fill_null(0.0).to_numpy(zero_copy_only=False)
+    finite = np.isfinite(numbers)
+    present = pc.is_valid(doubles).to_numpy(zero_copy_only=False) & finite
+    size = np.abs(numbers, where=finite, out=np.zeros_like(numbers))
+    others = numbers[present & (size != 0) & ((size < SHORTEST_MIN) | (size >= SHORTEST_MAX))]
+    other_texts = pa.array([repr(v) for v in others.tolist()], pa.string())
+    offsets, data = float_texts(
+        numbers,
+        present.view(np.uint8),
+        np.frombuffer(other_texts.buffers()[1], np.int32),
+        np.frombuffer(other_texts.buffers()[2] or b"", np.uint8),
+    )
+    validity = pa.array(present).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.string(), len(numbers), [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 def is_text(kind: pa.DataType) -> bool:
     """Whether ``kind`` is one of Arrow's string types."""
     return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
-
-
-def cell_text(values: pa.Array, unit: Unit) -> pa.Array:
-    """The text of each cell of ``values`` (null where absent), strings unquoted.
-
-    A dictionary column is formatted once per dictionary entry and taken by index.
-    """
-    if pa.types.is_dictionary(values.type):
-        return pc.take(cell_text(values.dictionary, unit), values.indices)
-    if unit == "timestamp_us":
-        return pc.binary_join_element_wise(micros_fixed(values), "\t", "")
-    if unit == "duration_us":
-        return micros_number(values)
-    if pa.types.is_floating(values.type):
-        return float_text(values)
-    if pa.types.is_string(values.type):
-        return values
-    return pc.cast(values, pa.string())

@@ -1,4 +1,4 @@
-"""JSON objects rendered straight from Arrow columns by a numba byte writer.
+"""Rows rendered straight from Arrow columns by a numba byte writer: JSON objects, or CSV lines.
 
 Building one Python object per event and serialising it runs at about 20 MB/s; formatting from
 columns into a reused byte buffer runs at about 330 MB/s (peers.md §5.4). A :class:`Template` lists
@@ -6,19 +6,21 @@ the members of the object every row becomes (``"name"``, ``"pid"``, ...; nested 
 turns each column into one of four shapes the kernel understands:
 
 * ``INT``: int64 values and a validity mask, printed as decimal integers;
-* ``TS``: int64 ns printed as a JSON string of microseconds with exactly three decimals
+* ``TS``: int64 ns printed as microseconds with exactly three decimals, in a JSON string
   (``"1.500"``; msprof's timeline ``ts``, msprof_outputs.md §3.2), or with the TAB that msprof
   appends to summary timestamps (``"1.500\\t"``, ``_format``);
 * ``DUR``: int64 ns printed as the exact microsecond number without trailing zeros (``12.34``,
   ``12.0``): what msprof's double ``dur`` prints as, without binary rounding;
-* ``TEXT``: a table of pre-rendered JSON texts and a row -> entry index (-1 when absent). Strings
+* ``TEXT``: a table of pre-rendered texts and a row -> entry index (-1 when absent). Strings
   are escaped and quoted once per *table entry*, so a dictionary column (names repeat) costs one
-  escape per distinct value and a byte copy per row. Floats are Arrow's shortest text (see
-  ``_format``), booleans ``true``/``false``.
+  escape per distinct value and a byte copy per row. Floats are Python's repr (see ``_format``),
+  booleans ``true``/``false``; ``raw`` strings are copied unescaped.
 
-A column of length 1 (or a Python scalar) applies to every row. An absent value either drops the
-member (the Chrome trace convention for optional keys) or prints the member's null text
-(``"N/A"`` in summaries).
+Each member is its key, the text around its value (the quotes of a ``TS``) and the value. A column
+of length 1 (or a Python scalar) applies to every row. An absent value either drops the member (the
+Chrome trace convention for optional keys) or prints the member's null text (``"N/A"`` in
+summaries). A *line* template (``line_end``) writes the values only, comma-separated, every one
+present or as its null text: the CSV sink's rows.
 
 Escaping follows ``json.dumps(..., ensure_ascii=False)``: ``"`` and ``\\`` are backslash-escaped,
 ``\\b \\f \\n \\r \\t`` get their short forms, other bytes below 0x20 become ``\\u00XX``, and
@@ -39,6 +41,7 @@ import pyarrow.compute as pc
 
 from profstream._numba import inline, kernel
 from profstream.sinks._format import float_text, is_text
+from profstream.sinks._numbers import copy_bytes, put_int, put_micros
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -54,7 +57,6 @@ OP_DUR = 3
 OP_TEXT = 4
 OP_OPEN = 5  # ``"key":{`` opening a nested object
 OP_CLOSE = 6
-OP_TS_TAB = 7  # OP_TS with msprof's summary TAB before the closing quote: "1.500\t"
 
 # renderer state slots (an int64 array the kernel updates in place)
 S_ROW = 0  # next row to render
@@ -79,11 +81,7 @@ I64_MAX = int(np.iinfo(np.int64).max)
 UNLIMITED = I64_MAX // 4
 
 _INT_WIDTH = 20  # "-9223372036854775808"
-_MICROS_WIDTH = 25  # '"-9223372036854775.808\\t"'
-
-
-#: 10**k for k in 0..18: digits are counted by comparison (a division per digit costs twice as much)
-_POWERS = np.array([10**k for k in range(19)], np.int64)
+_MICROS_WIDTH = 21  # "-9223372036854775.808", without the text around it
 
 #: no per-event end positions wanted
 NO_ENDS = np.zeros(0, np.int64)
@@ -92,70 +90,6 @@ NO_SEPARATOR = np.frombuffer(b"", np.uint8)
 
 
 # ---------------------------------------------------------------------------------------- kernels
-
-
-@inline
-def _copy(out: U8, pos: int, src: U8, start: int, end: int) -> int:
-    for k in range(start, end):
-        out[pos] = src[k]
-        pos += 1
-    return pos
-
-
-@inline
-def _put_digits(out: U8, pos: int, value: int) -> int:
-    """Decimal digits of ``value`` >= 0."""
-    width = 1
-    while width < 19 and value >= _POWERS[width]:
-        width += 1
-    end = pos + width
-    k = end - 1
-    while k >= pos:
-        out[k] = 48 + value % 10
-        value //= 10
-        k -= 1
-    return end
-
-
-@inline
-def _magnitude(value: int, unit: int) -> tuple[int, int]:
-    """``|value|`` split as (``|value| // unit``, ``|value| % unit``) without overflowing at int64 min."""
-    if value >= 0:
-        return value // unit, value % unit
-    rest = -(value + 1)  # |value| - 1 always fits
-    carry = rest % unit + 1
-    return rest // unit + carry // unit, carry % unit
-
-
-@inline
-def _put_int(out: U8, pos: int, value: int) -> int:
-    if value < 0:
-        out[pos] = 45  # '-'
-        pos += 1
-    head, last = _magnitude(value, 10)
-    if head:
-        pos = _put_digits(out, pos, head)
-    out[pos] = 48 + last
-    return pos + 1
-
-
-@inline
-def _put_micros(out: U8, pos: int, ns: int, trim: bool) -> int:
-    """``ns`` as microseconds: 3 decimals, or (``trim``) without trailing zeros but with one decimal."""
-    if ns < 0:
-        out[pos] = 45
-        pos += 1
-    whole, frac = _magnitude(ns, 1000)
-    pos = _put_digits(out, pos, whole)
-    out[pos] = 46  # '.'
-    out[pos + 1] = 48 + frac // 100
-    out[pos + 2] = 48 + frac // 10 % 10
-    out[pos + 3] = 48 + frac % 10
-    if not trim or frac % 10:
-        return pos + 4
-    if frac % 100:
-        return pos + 3
-    return pos + 2
 
 
 @kernel
@@ -217,12 +151,12 @@ def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
 
 @inline
 def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
-    """One JSON object for ``row`` at ``pos``; returns the position after it."""
-    kinds, col_of, lit_start, lit_end, null_start, null_end, lits, member_sep = prog
+    """One row (a JSON object, a CSV line) for ``row`` at ``pos``; returns the position after it."""
+    kinds, col_of, key_start, key_end, wrap_start, wrap_end, lits, member_sep, row_open, row_close = prog[:10]
+    keep_absent = prog[10]
     ints, int_start, int_step, valid, valid_start, valid_step, index, index_start, index_step = cols[:9]
     table_base, table_offsets, table_data = cols[9:]
-    out[pos] = 123  # '{'
-    pos += 1
+    pos = copy_bytes(out, pos, row_open, 0, row_open.size)
     first = True
     for op in range(kinds.size):
         kind = kinds[op]
@@ -239,36 +173,28 @@ def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
             absent = entry < 0
         elif kind not in (OP_LIT, OP_OPEN):
             absent = valid[valid_start[col] + row * valid_step[col]] == 0
-        if absent and null_start[op] == null_end[op]:
+        # literal k of an op: 0 key, 1 text before the value, 2 after it, 3 the text of an absent value
+        null_start, null_end = wrap_start[3 * op + 2], wrap_end[3 * op + 2]
+        if absent and null_start == null_end and not keep_absent:
             continue  # an absent optional member is left out
         if not first:
-            pos = _copy(out, pos, member_sep, 0, member_sep.size)
-        pos = _copy(out, pos, lits, lit_start[op], lit_end[op])
+            pos = copy_bytes(out, pos, member_sep, 0, member_sep.size)
+        pos = copy_bytes(out, pos, lits, key_start[op], key_end[op])
         first = kind == OP_OPEN
         if kind in (OP_LIT, OP_OPEN):
             continue
         if absent:
-            pos = _copy(out, pos, lits, null_start[op], null_end[op])
-        elif kind == OP_TEXT:
+            pos = copy_bytes(out, pos, lits, null_start, null_end)
+            continue
+        pos = copy_bytes(out, pos, lits, wrap_start[3 * op], wrap_end[3 * op])
+        if kind == OP_TEXT:
             slot = table_base[col] + entry
-            pos = _copy(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
+            pos = copy_bytes(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
         else:
             value = ints[int_start[col] + row * int_step[col]]
-            if kind == OP_INT:
-                pos = _put_int(out, pos, value)
-            elif kind in (OP_TS, OP_TS_TAB):
-                out[pos] = 34
-                pos = _put_micros(out, pos + 1, value, False)
-                if kind == OP_TS_TAB:
-                    out[pos] = 92  # the escaped TAB of msprof's summary timestamps
-                    out[pos + 1] = 116
-                    pos += 2
-                out[pos] = 34
-                pos += 1
-            else:
-                pos = _put_micros(out, pos, value, True)
-    out[pos] = 125
-    return pos + 1
+            pos = put_int(out, pos, value) if kind == OP_INT else put_micros(out, pos, value, kind == OP_DUR)
+        pos = copy_bytes(out, pos, lits, wrap_start[3 * op + 1], wrap_end[3 * op + 1])
+    return copy_bytes(out, pos, row_close, 0, row_close.size)
 
 
 @kernel
@@ -291,7 +217,7 @@ def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only argument
             break
         start = pos
         if state[S_IN_FILE]:
-            pos = _copy(out, pos, event_sep, 0, event_sep.size)
+            pos = copy_bytes(out, pos, event_sep, 0, event_sep.size)
         pos = _render_row(row, prog, cols, out, pos)
         size = pos - start
         full = size > state[S_FILE_LEFT] or state[S_EVENTS_LEFT] <= 0
@@ -332,8 +258,8 @@ class _Texts:
         return int(np.diff(self.offsets).max(initial=0))
 
 
-Role = Literal["auto", "ts", "ts_tab", "dur"]
-_TIME_OPS = {"ts": OP_TS, "ts_tab": OP_TS_TAB, "dur": OP_DUR}
+Role = Literal["auto", "ts", "ts_tab", "dur", "raw"]
+_TIME_OPS = {"ts": OP_TS, "ts_tab": OP_TS, "dur": OP_DUR}
 
 
 def as_arrow(value: ColumnLike, rows: int, name: str) -> pa.Array:
@@ -387,17 +313,18 @@ def _string_table(strings: pa.Array, quote: bool) -> tuple[I64, U8]:
     return escape_table(np.ascontiguousarray(offsets), data, True)
 
 
-def _texts(array: pa.Array, name: str) -> _Texts:
-    """A non-integer column as a text table and a row index."""
+def _texts(array: pa.Array, name: str, *, escape: bool = True) -> _Texts:
+    """A non-integer column as a text table and a row index; strings JSON-escaped and quoted
+    unless not ``escape``."""
     if pa.types.is_dictionary(array.type):
-        table = _texts(array.dictionary, name)
+        table = _texts(array.dictionary, name, escape=escape)
         index = pc.cast(array.indices, pa.int64()).fill_null(-1).to_numpy()
         if (table.index < 0).any():  # an absent dictionary entry (null, NaN) is an absent value too
             index = np.where(table.index[np.maximum(index, 0)] < 0, -1, index)
         return _Texts(table.offsets, table.data, np.ascontiguousarray(index, np.int64))
     kind = array.type
     if is_text(kind):
-        offsets, data = _string_table(array, quote=True)
+        offsets, data = _string_table(array, quote=escape)
     elif pa.types.is_floating(kind):
         array = float_text(array)  # NaN and infinities become absent
         offsets, data = _string_table(array, quote=False)
@@ -415,10 +342,12 @@ def _texts(array: pa.Array, name: str) -> _Texts:
 def _encode(value: ColumnLike, rows: int, name: str, role: Role) -> tuple[int, _Ints | _Texts]:
     array = as_arrow(value, rows, name)
     if array.type == pa.null():
-        if role != "auto":
+        if role not in ("auto", "raw"):
             array = array.cast(pa.int64())
         else:
             return OP_TEXT, _Texts(np.zeros(1, np.int64), np.zeros(0, np.uint8), np.full(1, -1, np.int64))
+    if role == "raw":
+        return OP_TEXT, _texts(array, name, escape=False)
     if role != "auto":
         return _TIME_OPS[role], _Ints(int_values(array, name), _validity(array))
     if pa.types.is_integer(array.type) and _fits_int64(array):
@@ -450,18 +379,26 @@ class Compiled:
 
 
 class Template:
-    """The members of the JSON object that every row becomes, in order.
+    """The members that every row becomes, in order: a JSON object, or a CSV line.
 
     ``key_sep``/``member_sep`` are the texts between a key and its value and between members (``:``
-    and ``,`` for compact output, ``": "`` and ``", "`` for Python ``json.dump``'s).
+    and ``,`` for compact output, ``": "`` and ``", "`` for Python ``json.dump``'s). With
+    ``line_end`` a row is a line instead: no braces and no keys, every member printed (an absent
+    value as its ``null`` text, as given), ``line_end`` after the last one.
     """
 
-    def __init__(self, rows: int, *, key_sep: str = ":", member_sep: str = ",") -> None:
+    def __init__(
+        self, rows: int, *, key_sep: str = ":", member_sep: str = ",", line_end: str | None = None
+    ) -> None:
         self.rows = rows
         self._key_sep = key_sep
         self._member_sep = member_sep.encode()
+        self._line = line_end is not None
+        self._row_open = b"" if self._line else b"{"
+        self._row_close = line_end.encode() if line_end is not None else b"}"
         self._lits = bytearray()
-        self._ops: list[tuple[int, int, int, int, int, int]] = []  # kind, col, lit, lit end, null, end
+        self._ops: list[tuple[int, int, int, int]] = []  # kind, column, key literal start and end
+        self._wraps: list[tuple[int, int]] = []  # per op: before, after and null literals
         self._ints: list[_Ints] = []
         self._texts: list[_Texts] = []
         self._depth = 0
@@ -472,13 +409,17 @@ class Template:
         return start, len(self._lits)
 
     def _key(self, key: str) -> bytes:
-        return json_text(key) + self._key_sep.encode()
+        return b"" if self._line else json_text(key) + self._key_sep.encode()
+
+    def _add(self, kind: int, col: int, key: bytes, wraps: tuple[bytes, ...] = (b"", b"", b"")) -> None:
+        """One op: its kind, column and key, and the texts before and after its value and of its null."""
+        self._ops.append((kind, col, *self._literal(key)))
+        self._wraps.extend(self._literal(text) for text in wraps)
 
     def constant(self, key: str, value: str | int) -> None:
         """A member whose value is the same JSON string or integer in every row."""
         text = json_text(value) if isinstance(value, str) else str(int(value)).encode()
-        start, end = self._literal(self._key(key) + text)
-        self._ops.append((OP_LIT, 0, start, end, 0, 0))
+        self._add(OP_LIT, 0, self._key(key) + text)
 
     def member(
         self,
@@ -488,11 +429,15 @@ class Template:
         role: Role = "auto",
         null: str | None = None,
         required: bool = False,
+        wrap: tuple[str, str] | None = None,
     ) -> None:
-        """A member from a column; roles ``ts``/``ts_tab``/``dur`` read int64 ns (module docstring).
+        """A member from a column; roles ``ts``/``ts_tab``/``dur`` read int64 ns (module docstring),
+        ``raw`` copies strings as they are (a CSV sink's quoted cells).
 
-        An absent value leaves the member out when ``null`` is None, else prints ``null`` as a
-        JSON string; a ``required`` member refuses absent values.
+        An absent value leaves the member out when ``null`` is None, else prints ``null`` (as a JSON
+        string in an object, as it is in a line); a ``required`` member refuses absent values.
+        ``wrap`` is the text around a present value; by default the quotes of a JSON string around
+        ``ts``/``ts_tab`` (with the escaped TAB), and only the TAB of ``ts_tab`` in a line.
         """
         kind, encoded = _encode(value, self.rows, key, role)
         absent = (encoded.valid == 0) if isinstance(encoded, _Ints) else (encoded.index < 0)
@@ -505,14 +450,22 @@ class Template:
         else:
             col = len(self._texts)
             self._texts.append(encoded)
-        start, end = self._literal(self._key(key))
-        null_start, null_end = self._literal(b"" if null is None else json_text(null))
-        self._ops.append((kind, col, start, end, null_start, null_end))
+        before, after = wrap if wrap is not None else self._default_wrap(role)
+        null_text = b"" if null is None else null.encode() if self._line else json_text(null)
+        self._add(kind, col, self._key(key), (before.encode(), after.encode(), null_text))
+
+    def _default_wrap(self, role: Role) -> tuple[str, str]:
+        tab = "\t" if role == "ts_tab" else ""
+        if self._line:
+            return "", tab
+        if role in ("ts", "ts_tab"):
+            return '"', json_text(tab)[1:-1].decode() + '"'
+        return "", ""
 
     def open(self, key: str) -> None:
         """Start a nested object ``key``; members up to :meth:`close` go inside it."""
-        start, end = self._literal(self._key(key) + b"{")
-        self._ops.append((OP_OPEN, 0, start, end, 0, 0))
+        self._require_object("open")
+        self._add(OP_OPEN, 0, self._key(key) + b"{")
         self._depth += 1
 
     def close(self) -> None:
@@ -520,20 +473,33 @@ class Template:
         if not self._depth:
             msg = "close() without a matching open()"
             raise ValueError(msg)
-        self._ops.append((OP_CLOSE, 0, 0, 0, 0, 0))
+        self._add(OP_CLOSE, 0, b"")
         self._depth -= 1
+
+    def _require_object(self, what: str) -> None:
+        if self._line:
+            msg = f"{what}() needs a JSON object template, not a line"
+            raise ValueError(msg)
 
     def compile(self, event_sep: int = 0) -> Compiled:
         """The arrays of the kernel; ``event_sep`` bytes go before every event but a file's first."""
         if self._depth:
             msg = "an open() has no matching close()"
             raise ValueError(msg)
-        ops = np.array(self._ops, np.int64).reshape(-1, 6)
-        lits = np.frombuffer(bytes(self._lits), np.uint8)
-        member_sep = np.frombuffer(self._member_sep, np.uint8)
-        prog = (*(np.ascontiguousarray(ops[:, k]) for k in range(6)), lits, member_sep)
+        ops = np.array(self._ops, np.int64).reshape(-1, 4)
+        wraps = np.array(self._wraps, np.int64).reshape(-1, 2)
+        prog = (
+            *(np.ascontiguousarray(ops[:, k]) for k in range(4)),
+            np.ascontiguousarray(wraps[:, 0]),
+            np.ascontiguousarray(wraps[:, 1]),
+            np.frombuffer(bytes(self._lits), np.uint8),
+            np.frombuffer(self._member_sep, np.uint8),
+            np.frombuffer(self._row_open, np.uint8),
+            np.frombuffer(self._row_close, np.uint8),
+            self._line,
+        )
         cols = (*self._int_arrays(), *self._text_arrays())
-        return Compiled(self.rows, prog, cols, self._max_event(ops) + event_sep)
+        return Compiled(self.rows, prog, cols, self._max_event(ops, wraps) + event_sep)
 
     def _int_arrays(self) -> tuple[I64 | U8, ...]:
         values = [c.values for c in self._ints]
@@ -552,16 +518,17 @@ class Template:
             np.concatenate(data) if data else np.zeros(0, np.uint8),
         )
 
-    def _max_event(self, ops: I64) -> int:
-        size = 2 + len(self._member_sep) * len(self._ops)
-        for kind, col, start, end, null_start, null_end in ops.tolist():
+    def _max_event(self, ops: I64, wraps: I64) -> int:
+        size = len(self._row_open) + len(self._row_close) + len(self._member_sep) * len(self._ops)
+        widths = (wraps[:, 1] - wraps[:, 0]).reshape(-1, 3).tolist()
+        for (kind, col, start, end), (before, after, null) in zip(ops.tolist(), widths, strict=True):
             size += end - start
             if kind == OP_INT:
-                size += max(_INT_WIDTH, null_end - null_start)
-            elif kind in (OP_TS, OP_TS_TAB, OP_DUR):
-                size += max(_MICROS_WIDTH, null_end - null_start)
+                size += max(before + _INT_WIDTH + after, null)
+            elif kind in (OP_TS, OP_DUR):
+                size += max(before + _MICROS_WIDTH + after, null)
             elif kind == OP_TEXT:
-                size += max(self._texts[col].widest, null_end - null_start)
+                size += max(before + self._texts[col].widest + after, null)
             elif kind == OP_CLOSE:
                 size += 1
         return size

@@ -5,7 +5,8 @@
   with Python's ``csv.writer`` (its kernel_details, memory_record, operator_memory and
   step_trace_time in shared/realdata).
 * Cells: see ``_format`` (timestamps ``123.456`` + TAB, durations ``12.34``, ``N/A`` when absent,
-  floats as Python prints them). Every cell is formatted column-wise with pyarrow.compute,
+  floats as Python prints them). Rows are rendered into a byte buffer by the numba writer of
+  ``_json`` (a line template); text cells are quoted column-wise with pyarrow.compute first,
   dictionary columns once per dictionary entry.
 * Slicing: a new file every ``slice_rows`` data rows (msprof's ``CSV_LIMIT``, 1,000,000), each with
   the header; the files are named at close by ``naming(index, count)`` because msprof writes no
@@ -26,8 +27,9 @@ Quoting (``quote_chars``), which msprof's two writers do differently:
 
 pyarrow's ``CSVWriter`` is not used: its quoting styles cannot express either convention
 (``needed`` quotes every string cell, ``N/A`` included; ``none`` refuses a cell holding a comma or a
-quote, so it cannot write msprof's pre-quoted shapes). Lines are instead joined with
-``binary_join_element_wise`` and the joined buffer is written as is.
+quote, so it cannot write msprof's pre-quoted shapes). Rendering whole lines in numba also runs at
+about twice the speed of formatting and joining text columns with pyarrow.compute (bench/README.md,
+"Sinks").
 """
 
 from __future__ import annotations
@@ -40,7 +42,18 @@ import pyarrow.compute as pc
 
 from profstream import events as log_events
 from profstream.sinks._base import SlicedOutput, SliceNaming, StagedFile, TableSink
-from profstream.sinks._format import Column, Unit, cell_text, is_text, resolve_columns
+from profstream.sinks._format import Column, is_text, resolve_columns
+from profstream.sinks._json import (
+    DONE,
+    NO_SEPARATOR,
+    S_DATA_IN_FILE,
+    S_EVENTS_LEFT,
+    S_POS,
+    S_ROW,
+    Compiled,
+    Template,
+    new_state,
+)
 
 #: msprof's ``CSV_LIMIT``: data rows per summary CSV file
 CSV_LIMIT = 1_000_000
@@ -54,6 +67,11 @@ def _char_class(chars: str) -> str:
     """An RE2 character class matching any one of ``chars``."""
     escapes = {"\r": r"\r", "\n": r"\n", "\t": r"\t", "\\": r"\\", "]": r"\]", "^": r"\^", "-": r"\-"}
     return "[" + "".join(escapes.get(char, char) for char in chars) + "]"
+
+
+def _value_type(kind: pa.DataType) -> pa.DataType:
+    """The type of a column's values (a dictionary's value type)."""
+    return kind.value_type if pa.types.is_dictionary(kind) else kind
 
 
 def _quote(text: str, quote_chars: str | None) -> str:
@@ -88,32 +106,37 @@ class CsvSink(TableSink):
         self._header = (",".join(_quote(c.title, quote_chars) for c in self.columns) + line_end).encode()
         self._output = SlicedOutput(Path(directory), naming)
         self._file: StagedFile | None = None
-        self._rows_in_file = 0
+        self._buffer = np.empty(1 << 20, np.uint8)
+        self._state = new_state(events_left=0)
         self._log = log_events.get_logger(component="sink.csv", directory=str(directory))
 
-    def _cells(self, values: pa.Array, column: Column) -> pa.Array:
-        """The quoted text of every cell (null where absent)."""
-        if pa.types.is_dictionary(values.type):
-            return pc.take(self._cells(values.dictionary, column), values.indices)
-        text = cell_text(values, column.unit)
-        if self._quoted(values.type, column.unit):
-            text = self._quote_cells(text)
-        return text
-
-    def _quoted(self, kind: pa.DataType, unit: Unit) -> bool:
-        """Whether cells of this kind may hold a quoting character (numbers never do)."""
-        if not self.quote_chars:
-            return False
-        if unit == "timestamp_us":
-            return "\t" in self.quote_chars
-        return is_text(kind)
+    def _template(self, batch: pa.RecordBatch) -> Template:
+        template = Template(batch.num_rows, line_end=self.line_end)
+        for column in self.columns:
+            values = batch.column(column.name)
+            null = _quote(column.null, self.quote_chars)
+            if column.unit == "timestamp_us":
+                quote = '"' if self.quote_chars and "\t" in self.quote_chars else ""
+                template.member(column.name, values, role="ts_tab", null=null, wrap=(quote, "\t" + quote))
+            elif column.unit == "duration_us":
+                template.member(column.name, values, role="dur", null=null)
+            elif is_text(_value_type(values.type)):
+                template.member(column.name, self._quote_cells(values), role="raw", null=null)
+            else:
+                template.member(column.name, values, null=null)
+        return template
 
     def _quote_cells(self, text: pa.Array) -> pa.Array:
-        """Cells holding a quoting character wrapped in quotes, their quotes doubled.
+        """Cells holding a quoting character wrapped in quotes, their quotes doubled; a dictionary
+        column's entries once each.
 
         One regex pass finds them (three times faster than a substring pass per character), and
         only those cells are rewritten: most columns have none.
         """
+        if pa.types.is_dictionary(text.type):
+            return pa.DictionaryArray.from_arrays(text.indices, self._quote_cells(text.dictionary))
+        if not self.quote_chars:
+            return text
         needs = pc.match_substring_regex(text, self._quote_pattern).fill_null(False)
         if not pc.any(needs).as_py():
             return text
@@ -122,33 +145,35 @@ class CsvSink(TableSink):
         )
         return pc.replace_with_mask(text, needs, quoted)
 
-    def _lines(self, batch: pa.RecordBatch) -> pa.Array:
-        """One CSV line per row, ending in ``line_end``."""
-        cells = []
-        for column in self.columns:
-            text = self._cells(batch.column(column.name), column)
-            cells.append(pc.fill_null(text, _quote(column.null, self.quote_chars)))
-        cells[-1] = pc.binary_join_element_wise(cells[-1], self.line_end, "")
-        return pc.binary_join_element_wise(*cells, ",") if len(cells) > 1 else cells[0]
-
     def _write(self, batch: pa.RecordBatch) -> None:
-        # formatting makes several text columns per column; a bounded slice keeps that memory small
+        # formatting makes a text table per float column; a bounded slice keeps that memory small
         for start in range(0, batch.num_rows, FORMAT_ROWS):
-            self._write_lines(self._lines(batch.slice(start, FORMAT_ROWS)))
+            self._render(self._template(batch.slice(start, FORMAT_ROWS)).compile())
 
-    def _write_lines(self, lines: pa.Array) -> None:
-        offsets = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + len(lines) + 1]
-        data = lines.buffers()[2]
-        row = 0
-        while row < len(lines):
-            if self._file is None or self._rows_in_file == self.slice_rows:
-                self._file = self._output.new_file()
-                self._file.write(self._header)
-                self._rows_in_file = 0
-            take = min(len(lines) - row, self.slice_rows - self._rows_in_file)
-            self._file.write(memoryview(data)[offsets[row] : offsets[row + take]])
-            self._rows_in_file += take
-            row += take
+    def _render(self, compiled: Compiled) -> None:
+        if compiled.max_event * 2 > self._buffer.size:
+            self._buffer = np.empty(compiled.max_event * 2, np.uint8)
+        state = self._state
+        state[S_ROW] = 0
+        while True:
+            if self._file is None or not state[S_EVENTS_LEFT]:
+                self._new_file()
+            reason = compiled.render(NO_SEPARATOR, self._buffer, state)
+            self._flush()
+            if reason == DONE:
+                return
+
+    def _new_file(self) -> None:
+        self._file = self._output.new_file()
+        self._file.write(self._header)
+        self._state[S_EVENTS_LEFT] = self.slice_rows
+        self._state[S_DATA_IN_FILE] = 0
+
+    def _flush(self) -> None:
+        pos = int(self._state[S_POS])
+        if pos and self._file is not None:
+            self._file.write(self._buffer[:pos].data)
+        self._state[S_POS] = 0
 
     def _commit(self) -> list[Path]:
         paths = self._output.commit()
