@@ -151,9 +151,12 @@ def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
 
 @inline
 def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
-    """One row (a JSON object, a CSV line) for ``row`` at ``pos``; returns the position after it."""
-    kinds, col_of, key_start, key_end, wrap_start, wrap_end, lits, member_sep, row_open, row_close = prog[:10]
-    keep_absent = prog[10]
+    """One row (a JSON object, a CSV line) for ``row`` at ``pos``; returns the position after it.
+
+    Literals of op k: ``3k`` its key and the text before a present value, ``3k + 1`` the text
+    after it, ``3k + 2`` its key and the text of an absent value.
+    """
+    kinds, col_of, optional, lit_start, lit_end, lits, member_sep, row_open, row_close = prog
     ints, int_start, int_step, valid, valid_start, valid_step, index, index_start, index_step = cols[:9]
     table_base, table_offsets, table_data = cols[9:]
     pos = copy_bytes(out, pos, row_open, 0, row_open.size)
@@ -173,27 +176,22 @@ def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
             absent = entry < 0
         elif kind not in (OP_LIT, OP_OPEN):
             absent = valid[valid_start[col] + row * valid_step[col]] == 0
-        # literal k of an op: 0 key, 1 text before the value, 2 after it, 3 the text of an absent value
-        null_start, null_end = wrap_start[3 * op + 2], wrap_end[3 * op + 2]
-        if absent and null_start == null_end and not keep_absent:
+        if absent and optional[op]:
             continue  # an absent optional member is left out
         if not first:
             pos = copy_bytes(out, pos, member_sep, 0, member_sep.size)
-        pos = copy_bytes(out, pos, lits, key_start[op], key_end[op])
         first = kind == OP_OPEN
-        if kind in (OP_LIT, OP_OPEN):
+        lit = 3 * op + (2 if absent else 0)
+        pos = copy_bytes(out, pos, lits, lit_start[lit], lit_end[lit])
+        if absent or kind in (OP_LIT, OP_OPEN):
             continue
-        if absent:
-            pos = copy_bytes(out, pos, lits, null_start, null_end)
-            continue
-        pos = copy_bytes(out, pos, lits, wrap_start[3 * op], wrap_end[3 * op])
         if kind == OP_TEXT:
             slot = table_base[col] + entry
             pos = copy_bytes(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
         else:
             value = ints[int_start[col] + row * int_step[col]]
             pos = put_int(out, pos, value) if kind == OP_INT else put_micros(out, pos, value, kind == OP_DUR)
-        pos = copy_bytes(out, pos, lits, wrap_start[3 * op + 1], wrap_end[3 * op + 1])
+        pos = copy_bytes(out, pos, lits, lit_start[lit + 1], lit_end[lit + 1])
     return copy_bytes(out, pos, row_close, 0, row_close.size)
 
 
@@ -397,8 +395,8 @@ class Template:
         self._row_open = b"" if self._line else b"{"
         self._row_close = line_end.encode() if line_end is not None else b"}"
         self._lits = bytearray()
-        self._ops: list[tuple[int, int, int, int]] = []  # kind, column, key literal start and end
-        self._wraps: list[tuple[int, int]] = []  # per op: before, after and null literals
+        self._ops: list[tuple[int, int, int]] = []  # kind, column, whether an absent value is left out
+        self._texts_of_ops: list[tuple[int, int]] = []  # three literals per op (see _render_row)
         self._ints: list[_Ints] = []
         self._texts: list[_Texts] = []
         self._depth = 0
@@ -411,10 +409,20 @@ class Template:
     def _key(self, key: str) -> bytes:
         return b"" if self._line else json_text(key) + self._key_sep.encode()
 
-    def _add(self, kind: int, col: int, key: bytes, wraps: tuple[bytes, ...] = (b"", b"", b"")) -> None:
-        """One op: its kind, column and key, and the texts before and after its value and of its null."""
-        self._ops.append((kind, col, *self._literal(key)))
-        self._wraps.extend(self._literal(text) for text in wraps)
+    def _add(
+        self,
+        kind: int,
+        col: int,
+        key: bytes,
+        around: tuple[bytes, bytes] = (b"", b""),
+        null: bytes | None = None,
+    ) -> None:
+        """One op: its kind, column and key, the texts around a present value, an absent one's text
+        (None: the member is left out)."""
+        self._ops.append((kind, col, int(null is None and not self._line)))
+        before, after = around
+        for text in (key + before, after, key + (null or b"")):
+            self._texts_of_ops.append(self._literal(text))
 
     def constant(self, key: str, value: str | int) -> None:
         """A member whose value is the same JSON string or integer in every row."""
@@ -451,8 +459,8 @@ class Template:
             col = len(self._texts)
             self._texts.append(encoded)
         before, after = wrap if wrap is not None else self._default_wrap(role)
-        null_text = b"" if null is None else null.encode() if self._line else json_text(null)
-        self._add(kind, col, self._key(key), (before.encode(), after.encode(), null_text))
+        null_text = None if null is None else null.encode() if self._line else json_text(null)
+        self._add(kind, col, self._key(key), (before.encode(), after.encode()), null_text)
 
     def _default_wrap(self, role: Role) -> tuple[str, str]:
         tab = "\t" if role == "ts_tab" else ""
@@ -486,20 +494,19 @@ class Template:
         if self._depth:
             msg = "an open() has no matching close()"
             raise ValueError(msg)
-        ops = np.array(self._ops, np.int64).reshape(-1, 4)
-        wraps = np.array(self._wraps, np.int64).reshape(-1, 2)
+        ops = np.array(self._ops, np.int64).reshape(-1, 3)
+        texts = np.array(self._texts_of_ops, np.int64).reshape(-1, 2)
         prog = (
-            *(np.ascontiguousarray(ops[:, k]) for k in range(4)),
-            np.ascontiguousarray(wraps[:, 0]),
-            np.ascontiguousarray(wraps[:, 1]),
+            *(np.ascontiguousarray(ops[:, k]) for k in range(3)),
+            np.ascontiguousarray(texts[:, 0]),
+            np.ascontiguousarray(texts[:, 1]),
             np.frombuffer(bytes(self._lits), np.uint8),
             np.frombuffer(self._member_sep, np.uint8),
             np.frombuffer(self._row_open, np.uint8),
             np.frombuffer(self._row_close, np.uint8),
-            self._line,
         )
         cols = (*self._int_arrays(), *self._text_arrays())
-        return Compiled(self.rows, prog, cols, self._max_event(ops, wraps) + event_sep)
+        return Compiled(self.rows, prog, cols, self._max_event(ops, texts) + event_sep)
 
     def _int_arrays(self) -> tuple[I64 | U8, ...]:
         values = [c.values for c in self._ints]
@@ -518,19 +525,18 @@ class Template:
             np.concatenate(data) if data else np.zeros(0, np.uint8),
         )
 
-    def _max_event(self, ops: I64, wraps: I64) -> int:
+    def _max_event(self, ops: I64, texts: I64) -> int:
         size = len(self._row_open) + len(self._row_close) + len(self._member_sep) * len(self._ops)
-        widths = (wraps[:, 1] - wraps[:, 0]).reshape(-1, 3).tolist()
-        for (kind, col, start, end), (before, after, null) in zip(ops.tolist(), widths, strict=True):
-            size += end - start
+        widths = (texts[:, 1] - texts[:, 0]).reshape(-1, 3).tolist()
+        for (kind, col, _), (before, after, absent) in zip(ops.tolist(), widths, strict=True):
             if kind == OP_INT:
-                size += max(before + _INT_WIDTH + after, null)
+                size += max(before + _INT_WIDTH + after, absent)
             elif kind in (OP_TS, OP_DUR):
-                size += max(before + _MICROS_WIDTH + after, null)
+                size += max(before + _MICROS_WIDTH + after, absent)
             elif kind == OP_TEXT:
-                size += max(before + self._texts[col].widest + after, null)
-            elif kind == OP_CLOSE:
-                size += 1
+                size += max(before + self._texts[col].widest + after, absent)
+            else:
+                size += before + (kind == OP_CLOSE)
         return size
 
 

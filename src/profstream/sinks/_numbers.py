@@ -41,8 +41,6 @@ _LOW_32 = np.uint64(0xFFFF_FFFF)
 _FRACTION_BITS = np.uint64((1 << 52) - 1)
 _HIDDEN_BIT = np.uint64(1 << 52)
 _MAGNITUDE_BITS = np.uint64((1 << 63) - 1)
-#: "00", "01", ..., "99"
-_DIGIT_PAIRS = np.frombuffer("".join(f"{n:02d}" for n in range(100)).encode(), np.uint8)
 #: the bytes of one float at most: sign, "0.", 3 zeros and 17 digits; or 17 digits, ".", "e-09"
 FLOAT_WIDTH = 23
 
@@ -70,17 +68,11 @@ def _digit_count(value: int) -> int:
 
 @inline
 def _put_padded(out: U8, pos: int, value: int, width: int) -> int:
-    """The last ``width`` decimal digits of ``value`` >= 0, zero-padded, two digits per division."""
-    rest = np.uint64(value)  # unsigned: division by a constant without floor division's sign fix-ups
-    k = pos + width
-    while k - pos >= 2:
-        pair = rest % np.uint64(100)
-        rest //= np.uint64(100)
-        out[k - 2] = _DIGIT_PAIRS[2 * pair]
-        out[k - 1] = _DIGIT_PAIRS[2 * pair + 1]
-        k -= 2
-    if k > pos:
-        out[pos] = np.uint8(48) + np.uint8(rest % np.uint64(10))
+    """The last ``width`` decimal digits of ``value`` >= 0, zero-padded."""
+    rest = np.uint64(value)  # unsigned: division by 10 without floor division's sign fix-ups
+    for k in range(pos + width - 1, pos - 1, -1):
+        out[k] = np.uint8(48) + np.uint8(rest % np.uint64(10))
+        rest //= np.uint64(10)
     return pos + width
 
 
@@ -213,6 +205,10 @@ def _put_fixed(out: U8, pos: int, digits: int, decimals: int) -> int:
         out[pos] = 46
         out[pos + 1] = 48
         return pos + 2
+    if _digit_count(digits) <= decimals:  # below 1: "0." and the digits, zero-padded
+        out[pos] = 48
+        out[pos + 1] = 46
+        return _put_padded(out, pos + 2, digits, decimals)
     head = digits // POWERS[decimals]
     pos = put_digits(out, pos, head)
     out[pos] = 46  # '.'
