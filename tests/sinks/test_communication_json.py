@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given
@@ -200,6 +201,38 @@ def test_matrix_summaries() -> None:
     assert list(doc["step"]["p2p"]) == ["send-top1@g", "send-middle@g", "send-bottom1@g", "send-total@g"]
 
 
+def test_a_repeated_step_keeps_its_first_place_and_its_last_ops() -> None:
+    """torch_npu builds both files as dicts keyed by step: a step id seen twice sits where it was
+    first seen and holds what the later step wrote (communication.json); the matrix puts each op
+    in the first step that lists it, under that step's name."""
+    steps = steps_table([(2, 0, 15000), (3, 15001, 45000), (2, 45001, 60000)])
+    doc = communication(ops_table(), links_table(), steps)
+    assert list(doc) == ["step2", "step3"]
+    assert list(doc["step2"]["collective"]) == ["hcom_allReduce__1_3_1@g", "Total Op Info"]
+    matrix = communication_matrix(ops_table(), links_table(), steps)
+    assert list(matrix) == ["step2", "step3"]
+    assert matrix["step2"]["collective"]["allreduce-total@g"]["0-1"]["Transit Size(MB)"] == 4.0  # ops 0 and 3
+    assert matrix["step3"]["collective"]["allreduce-top1@g"]["0-1"]["Op Name"] == "hcom_allReduce__1_2_1"
+
+
+@pytest.mark.parametrize("fetch_rows", [1, 2, 4096])
+def test_files_written_a_step_at_a_time_equal_the_whole_documents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fetch_rows: int
+) -> None:
+    """Streaming the members (any number of ops fetched at once) writes json.dumps of the dicts."""
+    steps = steps_table([(1, 0, 15000), (2, 15001, 35000), (1, 35001, 45000), (4, 45001, 60000)])
+    whole = communication(ops_table(), links_table(), steps, wall_offset_ns=7)
+    whole_matrix = communication_matrix(ops_table(), links_table(), steps)
+    monkeypatch.setattr("profstream.sinks.communication_json.FETCH_ROWS", fetch_rows)
+    with CommunicationJsonSink(tmp_path, wall_offset_ns=7) as sink:
+        for batch in ops_table().to_batches(max_chunksize=1):  # one chunk per row, as batches arrive
+            sink.write("comm_ops", batch)
+        sink.write("comm_links", links_table().to_batches()[0])
+        sink.write("framework_steps", steps.to_batches()[0])
+    assert (tmp_path / "communication.json").read_text() == json.dumps(whole)
+    assert (tmp_path / "communication_matrix.json").read_text() == json.dumps(whole_matrix)
+
+
 def test_sink_writes_both_files(tmp_path: Path) -> None:
     with CommunicationJsonSink(tmp_path, device_id=0) as sink:
         sink.write("comm_ops", ops_table().to_batches()[0])
@@ -270,14 +303,10 @@ def test_op_entries_match_cluster_communication() -> None:
 )
 def test_ops_go_to_the_first_step_that_contains_them(spans: list[tuple[int, int]], times: list[int]) -> None:
     """torch_npu's split_comm_op_by_step: the first step in start order with start <= t <= end."""
-    steps = sorted(
-        ((f"step{i}", float(a), float(a + d)) for i, (a, d) in enumerate(spans)), key=lambda s: s[1]
-    )
-    ops = [{"start_ns": t} for t in times]
-    expected: list[list[dict[str, int]]] = [[] for _ in steps]
-    for op in ops:
-        for index, (_, start, end) in enumerate(steps):
-            if start <= op["start_ns"] <= end:
-                expected[index].append(op)
-                break
-    assert _assign(ops, steps) == expected
+    steps = sorted((float(a), float(a + d)) for a, d in spans)
+    expected = []
+    for t in times:
+        found = [index for index, (start, end) in enumerate(steps) if start <= t <= end]
+        expected.append(found[0] if found else -1)
+    starts, ends = (np.array(column, np.float64) for column in zip(*steps, strict=True))
+    assert _assign(np.array(times, np.float64), starts, ends).tolist() == expected

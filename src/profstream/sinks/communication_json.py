@@ -31,21 +31,26 @@ behind it prints ``0`` and one with tasks ``0.0``; the null times of ``comm_ops`
 Sizes and times are summed in integer bytes and ns and divided once, so the last digit of a sum may
 differ from msprof's running float sums.
 
-Holding: the whole output (one entry per HCCL op and link of the device, output-sized) until
-:meth:`close`, since steps may arrive after the ops they contain.
+Holding: the device's ``comm_ops``, ``comm_links`` and ``framework_steps`` rows as Arrow tables until
+:meth:`close` (steps may arrive after the ops they contain); the files are then built and written a
+step at a time, so the Python objects of only one step's part exist at once. A run without steps
+is one pseudo-step, built whole.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from profstream import events
 from profstream.sinks._base import Sink, StagedFile
@@ -78,6 +83,10 @@ SIZE, BW, LARGE, DISTRIBUTION = (
 )
 TRANSPORT, OP_NAME = "Transport Type", "Op Name"
 _NS_PER_MS, _BYTES_PER_MB = 1e6, 1e6
+F64 = npt.NDArray[np.float64]
+#: op rows converted to Python at once while the files are written (bounds the objects alive)
+FETCH_ROWS = 4096
+I64 = npt.NDArray[np.int64]
 
 Number = int | float
 
@@ -200,78 +209,125 @@ def _split_p2p(ops: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 # -- steps --------------------------------------------------------------------------------------
 
 
-def _steps(steps: Iterable[Mapping[str, Any]]) -> list[tuple[str, float, float]]:
+def _steps(steps: pa.Table | None) -> tuple[list[str], F64, F64]:
     """(key, start, end) of each step in start order; one pseudo-step ``"step"`` when there is none."""
-    rows = sorted(steps, key=lambda s: (s["start_ns"], s["iteration_id"] or 0))
-    if not rows:
-        return [("step", 0.0, float("inf"))]
-    return [
-        (f"step{s['iteration_id']}" if s["iteration_id"] is not None else "step", s["start_ns"], s["end_ns"])
-        for s in rows
-    ]
+    if steps is None or not steps.num_rows:
+        return ["step"], np.zeros(1), np.full(1, np.inf)
+    iteration = steps.column("iteration_id")
+    rows = steps.append_column("order_id", pc.fill_null(iteration, 0)).sort_by(
+        [("start_ns", "ascending"), ("order_id", "ascending")]
+    )
+    keys = [f"step{i}" if i is not None else "step" for i in rows.column("iteration_id").to_pylist()]
+    starts = rows.column("start_ns").to_numpy().astype(np.float64)
+    return keys, starts, rows.column("end_ns").to_numpy().astype(np.float64)
 
 
-def _assign(
-    ops: Sequence[Mapping[str, Any]], steps: list[tuple[str, float, float]]
-) -> list[list[Mapping[str, Any]]]:
-    """The ops of each step (torch_npu ``split_comm_op_by_step``)."""
-    if len(steps) == 1:
-        return [list(ops)]
-    out: list[list[Mapping[str, Any]]] = [[] for _ in steps]
-    starts = np.array([start for _, start, _ in steps], np.float64)
-    reach = np.maximum.accumulate(np.array([end for _, _, end in steps], np.float64))
-    times = np.array([op["start_ns"] for op in ops], np.float64)
-    # the first step (in start order) with start <= t <= end: the first whose running max of ends
-    # reaches t, if that step has started by t (steps are sorted by start)
-    first = np.searchsorted(reach, times, side="left")
+def _assign(times: F64, starts: F64, ends: F64) -> I64:
+    """The step of each op (torch_npu ``split_comm_op_by_step``), -1 for none: the only step when
+    there is one, else the first step (in start order) with ``start <= t <= end``."""
+    if len(starts) == 1:
+        return np.zeros(len(times), np.int64)
+    # the first step whose running max of ends reaches t, if that step has started by t
+    first = np.searchsorted(np.maximum.accumulate(ends), times, side="left")
     started = np.searchsorted(starts, times, side="right") - 1
-    for op, index, last in zip(ops, first.tolist(), started.tolist(), strict=True):
-        if index <= last:
-            out[index].append(op)
-    return out
+    return np.where(first <= started, first, -1).astype(np.int64)
+
+
+def _last_of_each(keys: Sequence[str]) -> list[tuple[str, int]]:
+    """Each distinct key at its first position with the index of its last occurrence: what a
+    Python dict keeps when later entries overwrite earlier ones (torch_npu builds these files as dicts)."""
+    last = {key: index for index, key in enumerate(keys)}
+    return list(last.items())
 
 
 # -- the two files ------------------------------------------------------------------------------
 
 
-def _by_op(links: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    grouped: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for link in links:
-        grouped[op_key(link)].append(link)
-    return grouped
+class _Index:
+    """One device's comm_ops (in start order), comm_links and steps, indexed so that each step's part
+    of the files can be built from its own rows: the files are written a step at a time."""
+
+    def __init__(self, ops: pa.Table, links: pa.Table | None, steps: pa.Table | None) -> None:
+        # one chunk each: a take from a table of many small batches costs a pass over its chunks
+        self.ops = ops.sort_by("start_ns").combine_chunks()  # stable, as Python's sorted
+        keys = _op_keys(self.ops)
+        self.keys = pc.unique(keys)  # the distinct op keys in order of first appearance
+        self.key_of_op = np.asarray(pc.index_in(keys, value_set=self.keys))
+        self.links = links.combine_chunks() if links is not None else None
+        owner = _owner_of_links(links, self.keys)
+        self.link_order = np.argsort(owner, kind="stable")  # links of key k in their table order
+        self.link_bounds = np.searchsorted(owner[self.link_order], np.arange(len(self.keys) + 1))
+        self.step_keys, starts, ends = _steps(steps)
+        self.step_of_op = _assign(self.ops.column("start_ns").to_numpy().astype(np.float64), starts, ends)
+
+    def links_by_key(self, keys: I64) -> list[list[dict[str, Any]]]:
+        """The comm_links rows of each op key (as dicts)."""
+        ranges = [self.link_order[self.link_bounds[k] : self.link_bounds[k + 1]] for k in keys.tolist()]
+        if self.links is None or not ranges:
+            return [[] for _ in ranges]
+        rows = _rows(self.links.take(pa.array(np.concatenate(ranges), pa.int64())))
+        bounds = np.cumsum([0, *(len(r) for r in ranges)]).tolist()
+        return [rows[start:end] for start, end in itertools.pairwise(bounds)]
 
 
-def _ordered(ops: pa.Table | None) -> list[dict[str, Any]]:
-    return sorted(_rows(ops), key=lambda r: r["start_ns"])
+def _op_keys(rows: pa.Table) -> pa.Array:
+    """``op_key`` of every row, column-wise."""
+    name = pc.fill_null(rows.column("op_name").cast(pa.string()), "None")  # as op_key's f-string
+    group = pc.fill_null(rows.column("group_name").cast(pa.string()), "N/A")
+    return pc.binary_join_element_wise(name, group, "@").combine_chunks()
 
 
-def communication(
-    ops: pa.Table | None, links: pa.Table | None, steps: pa.Table | None = None, *, wall_offset_ns: int = 0
-) -> dict[str, Any]:
-    """The content of ``communication.json`` for one device (see the module docstring)."""
-    ordered, by_op = _ordered(ops), _by_op(_rows(links))
-    step_list = _steps(_rows(steps))
-    assigned = _assign(ordered, step_list)
-    dropped = len(ordered) - sum(len(members) for members in assigned)
+def _owner_of_links(links: pa.Table | None, keys: pa.Array) -> I64:
+    """The op key of each link (``len(keys)`` for a link of no op, which sorts last)."""
+    if links is None:
+        return np.zeros(0, np.int64)
+    owner = pc.index_in(_op_keys(links), value_set=keys)
+    return np.asarray(pc.fill_null(owner, len(keys)), np.int64)
+
+
+def communication_steps(
+    ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None, *, wall_offset_ns: int = 0
+) -> Iterator[tuple[str, Any]]:
+    """The members of ``communication.json`` for one device, a step at a time (module docstring)."""
+    index = _Index(ops, links, steps)
+    dropped = int((index.step_of_op < 0).sum())
     if dropped:
         events.get_logger(component="sink.communication_json").warning(
             events.RECORDS_UNMATCHED, ops_outside_steps=dropped
         )
-    out: dict[str, Any] = {}
-    for (key, _, _), members in zip(step_list, assigned, strict=True):
+    order = np.argsort(index.step_of_op, kind="stable")  # each step's ops in start order
+    bounds = np.searchsorted(index.step_of_op[order], np.arange(len(index.step_keys) + 1))
+    pairs = _last_of_each(index.step_keys)
+    members = [order[bounds[step] : bounds[step + 1]] for _, step in pairs]
+    op_rows = _fetched(members, lambda rows: _rows(index.ops.take(pa.array(rows, pa.int64()))))
+    op_links = _fetched([index.key_of_op[rows] for rows in members], index.links_by_key)
+    for (key, _), rows, links_of_rows in zip(pairs, op_rows, op_links, strict=True):
         infos = {
-            op_key(op): {
-                TIME: time_info(op, wall_offset_ns),
-                BANDWIDTH: bandwidth_info(by_op.get(op_key(op), ())),
-            }
-            for op in members
+            op_key(op): {TIME: time_info(op, wall_offset_ns), BANDWIDTH: bandwidth_info(links_of_op)}
+            for op, links_of_op in zip(rows, links_of_rows, strict=True)
         }
         groups = _split_p2p(infos)
         for group in groups.values():
             if group:
                 group[TOTAL] = total_op_info(group.values())
-        out[key] = groups
-    return out
+        yield key, groups
+
+
+def _fetched(groups: Sequence[I64], fetch: Callable[[I64], list[Any]]) -> Iterator[list[Any]]:
+    """``fetch(indices)`` of each group, fetched for about FETCH_ROWS indices of many groups at once
+    (every fetch has a fixed cost that a step's few ops would not pay back)."""
+    start = 0
+    while start < len(groups):
+        end, size = start + 1, len(groups[start])
+        while end < len(groups) and size + len(groups[end]) <= FETCH_ROWS:
+            size += len(groups[end])
+            end += 1
+        fetched = fetch(np.concatenate(groups[start:end]))
+        position = 0
+        for group in groups[start:end]:
+            yield fetched[position : position + len(group)]
+            position += len(group)
+        start = end
 
 
 def _link_entries(links: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -323,29 +379,56 @@ def _summaries(ops: Mapping[str, Mapping[str, dict[str, Any]]]) -> dict[str, dic
     return dict(out)
 
 
-def communication_matrix(
-    ops: pa.Table | None, links: pa.Table | None, steps: pa.Table | None = None
-) -> dict[str, Any]:
-    """The content of ``communication_matrix.json`` for one device (see the module docstring)."""
-    ordered, by_op = _ordered(ops), _by_op(_rows(links))
-    matrix = {op_key(op): _link_entries(by_op.get(op_key(op), ())) for op in ordered}
-    step_list = _steps(_rows(steps))
-    members = [{op_key(op) for op in group} for group in _assign(ordered, step_list)]
-    per_step: dict[str, dict[str, Any]] = {}
-    if not any(members):
-        per_step["step"] = matrix
+def matrix_steps(
+    ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None
+) -> Iterator[tuple[str, Any]]:
+    """The members of ``communication_matrix.json`` for one device, a step at a time (module docstring).
+
+    Each op key goes to the first step (in step order) holding an op of that key, or every key to
+    ``"step"`` when no step holds any; a step's keys keep their order of first appearance.
+    """
+    index = _Index(ops, links, steps)
+    first_step = np.full(len(index.keys), len(index.step_keys), np.int64)
+    assigned = index.step_of_op >= 0
+    np.minimum.at(first_step, index.key_of_op[assigned], index.step_of_op[assigned])
+    if not assigned.any():
+        parts = {"step": np.arange(len(index.keys))}
     else:
-        first_step: dict[str, str] = {}  # each op's first step that lists it
-        for (step, _, _), names in zip(step_list, members, strict=True):
-            for name in names:
-                first_step.setdefault(name, step)
-        for key, entries in matrix.items():
-            if key in first_step:
-                per_step.setdefault(first_step[key], {})[key] = entries
-    return {
-        step: {group: _summaries(data) for group, data in _split_p2p(ops_of_step).items()}
-        for step, ops_of_step in per_step.items()
-    }
+        by_step: dict[str, list[int]] = {}
+        for key, first in enumerate(first_step.tolist()):
+            if first < len(index.step_keys):
+                by_step.setdefault(index.step_keys[first], []).append(key)
+        parts = {name: np.array(keys, np.int64) for name, keys in by_step.items()}
+    groups = list(parts.values())
+    names = _fetched(groups, lambda keys: index.keys.take(pa.array(keys, pa.int64())).to_pylist())
+    links_of_parts = _fetched(groups, index.links_by_key)
+    for part, names_of_step, links_of_step in zip(parts, names, links_of_parts, strict=True):
+        matrix = {
+            name: _link_entries(of_key) for name, of_key in zip(names_of_step, links_of_step, strict=True)
+        }
+        yield part, {group: _summaries(data) for group, data in _split_p2p(matrix).items()}
+
+
+def communication(
+    ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None, *, wall_offset_ns: int = 0
+) -> dict[str, Any]:
+    """The content of ``communication.json`` for one device, whole (the cluster analysis reads it)."""
+    return dict(communication_steps(ops, links, steps, wall_offset_ns=wall_offset_ns))
+
+
+def communication_matrix(
+    ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None
+) -> dict[str, Any]:
+    """The content of ``communication_matrix.json`` for one device, whole."""
+    return dict(matrix_steps(ops, links, steps))
+
+
+def _write_members(staged: StagedFile, members: Iterable[tuple[str, Any]]) -> None:
+    """A JSON object written member by member: the bytes ``json.dumps`` gives for the whole dict."""
+    staged.write(b"{")
+    for position, (key, value) in enumerate(members):
+        staged.write(f"{', ' if position else ''}{json.dumps(key)}: {json.dumps(value)}".encode())
+    staged.write(b"}")
 
 
 class CommunicationJsonSink(Sink):
@@ -376,7 +459,7 @@ class CommunicationJsonSink(Sink):
             msg = f"CommunicationJsonSink reads {self.TABLES}, not {table!r}"
             raise ValueError(msg)
         if self.device_id is not None and batch.num_rows:
-            batch = batch.filter(pa.compute.equal(batch.column("device_id"), self.device_id))
+            batch = batch.filter(pc.equal(batch.column("device_id"), self.device_id))
         if batch.num_rows:
             self._batches[table].append(batch)
 
@@ -390,16 +473,14 @@ class CommunicationJsonSink(Sink):
             return []
         links, steps = self._table("comm_links"), self._table("framework_steps")
         contents = {
-            COMMUNICATION: communication(ops, links, steps, wall_offset_ns=self.wall_offset_ns),
-            MATRIX: communication_matrix(ops, links, steps),
+            COMMUNICATION: communication_steps(ops, links, steps, wall_offset_ns=self.wall_offset_ns),
+            MATRIX: matrix_steps(ops, links, steps),
         }
-        paths = []
-        for name, content in contents.items():
+        for name, members in contents.items():
             staged = StagedFile(self.directory, name)
             self._files.append(staged)
-            staged.write(json.dumps(content).encode())
-            paths.append(staged.commit(name))
-        return paths
+            _write_members(staged, members)
+        return [staged.commit(name) for staged, name in zip(self._files, contents, strict=True)]
 
     def _discard(self) -> None:
         for staged in self._files:
