@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profstream.sinks._format import float_text
-from profstream.sinks._json import OP_FLOAT, Template, _encode, render_pieces
+from profstream.sinks._json import Template, render_pieces
 from profstream.sinks._numbers import SHORTEST_MAX, SHORTEST_MIN
 
 I64_MIN = int(np.iinfo(np.int64).min)
@@ -198,19 +198,6 @@ def test_random_doubles_print_as_python_repr() -> None:
     ratios = rng.integers(1, 10**7, 100_000) / rng.integers(1, 10**7, 100_000)
     values = np.concatenate([patterns[np.isfinite(patterns)], ratios, rng.random(100_000) * 1e-6])
     assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values.tolist()]
-    in_range = np.concatenate([ratios, -ratios, rng.random(100_000) * 1e-6 + 1e-9])
-    assert _encode(in_range, len(in_range), "v", "auto")[0] == OP_FLOAT  # printed from the doubles
-    assert line_cells(in_range) == [repr(v) for v in in_range.tolist()]
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.floats(), min_size=1, max_size=40))
-def test_rendered_floats_print_as_python_repr(values: list[float]) -> None:
-    """Rows print floats as repr too: straight from the doubles when the kernel prints them all,
-    else (a value in exponent notation beyond its range) from a text table. NaN/inf are absent."""
-    expected = [repr(v) if math.isfinite(v) else "N/A" for v in values]
-    assert line_cells(pa.array(values, pa.float64()), null="N/A") == expected
-    assert line_cells(pa.array(values, pa.float64()).slice(1), null="N/A") == expected[1:]
 
 
 def test_uint64_beyond_int64_prints_as_a_number() -> None:

@@ -3,7 +3,7 @@
 Building one Python object per event and serialising it runs at about 20 MB/s; formatting from
 columns into a reused byte buffer runs at about 330 MB/s (peers.md §5.4). A :class:`Template` lists
 the members of the object every row becomes (``"name"``, ``"pid"``, ...; nested ``"args"``) and
-turns each column into one of five shapes the kernel understands:
+turns each column into one of four shapes the kernel understands:
 
 * ``INT``: int64 values and a validity mask, printed as decimal integers;
 * ``TS``: int64 ns printed as microseconds with exactly three decimals, in a JSON string
@@ -11,13 +11,10 @@ turns each column into one of five shapes the kernel understands:
   appends to summary timestamps (``"1.500\\t"``, ``_format``);
 * ``DUR``: int64 ns printed as the exact microsecond number without trailing zeros (``12.34``,
   ``12.0``): what msprof's double ``dur`` prints as, without binary rounding;
-* ``FLOAT``: doubles (their bits in the int64 slots) printed as Python's repr by
-  :func:`~profstream.sinks._numbers.put_float`; NaN and infinities are absent. A column holding a
-  value that only exponent notation prints (below 1e-9, from 1e16) is a ``TEXT`` column instead;
 * ``TEXT``: a table of pre-rendered texts and a row -> entry index (-1 when absent). Strings
   are escaped and quoted once per *table entry*, so a dictionary column (names repeat) costs one
-  escape per distinct value and a byte copy per row. Booleans are ``true``/``false``, floats of a
-  ``TEXT`` column Python's repr (see ``_format``); ``raw`` strings are copied unescaped.
+  escape per distinct value and a byte copy per row. Floats are Python's repr (see ``_format``),
+  booleans ``true``/``false``; ``raw`` strings are copied unescaped.
 
 Each member is its key, the text around its value (the quotes of a ``TS``) and the value. A column
 of length 1 (or a Python scalar) applies to every row. An absent value either drops the member (the
@@ -44,7 +41,7 @@ import pyarrow.compute as pc
 
 from profstream._numba import inline, kernel
 from profstream.sinks._format import float_text, is_text
-from profstream.sinks._numbers import FLOAT_WIDTH, copy_bytes, put_float, put_int, put_micros, shortest_covers
+from profstream.sinks._numbers import copy_bytes, put_int, put_micros
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -60,7 +57,6 @@ OP_DUR = 3
 OP_TEXT = 4
 OP_OPEN = 5  # ``"key":{`` opening a nested object
 OP_CLOSE = 6
-OP_FLOAT = 7
 
 # renderer state slots (an int64 array the kernel updates in place)
 S_ROW = 0  # next row to render
@@ -194,12 +190,7 @@ def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
             pos = copy_bytes(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
         else:
             value = ints[int_start[col] + row * int_step[col]]
-            if kind == OP_INT:
-                pos = put_int(out, pos, value)
-            elif kind == OP_FLOAT:
-                pos = put_float(out, pos, np.uint64(value))  # the double's bits
-            else:
-                pos = put_micros(out, pos, value, kind == OP_DUR)
+            pos = put_int(out, pos, value) if kind == OP_INT else put_micros(out, pos, value, kind == OP_DUR)
         pos = copy_bytes(out, pos, lits, lit_start[lit + 1], lit_end[lit + 1])
     return copy_bytes(out, pos, row_close, 0, row_close.size)
 
@@ -359,13 +350,6 @@ def _encode(value: ColumnLike, rows: int, name: str, role: Role) -> tuple[int, _
         return _TIME_OPS[role], _Ints(int_values(array, name), _validity(array))
     if pa.types.is_integer(array.type) and _fits_int64(array):
         return OP_INT, _Ints(int_values(array, name), _validity(array))
-    if pa.types.is_floating(array.type):
-        doubles = pc.cast(array, pa.float64())
-        values = np.ascontiguousarray(doubles.fill_null(0.0).to_numpy(zero_copy_only=False), np.float64)
-        if shortest_covers(values):  # else the rare value in exponent notation needs Python's repr
-            present = np.isfinite(values) & (_validity(doubles) != 0)  # NaN and infinities: absent
-            valid = np.ones(1, np.uint8) if present.all() else present.view(np.uint8)
-            return OP_FLOAT, _Ints(values.view(np.int64), valid)
     return OP_TEXT, _texts(array, name)
 
 
@@ -549,8 +533,6 @@ class Template:
                 size += max(before + _INT_WIDTH + after, absent)
             elif kind in (OP_TS, OP_DUR):
                 size += max(before + _MICROS_WIDTH + after, absent)
-            elif kind == OP_FLOAT:
-                size += max(before + FLOAT_WIDTH + after, absent)
             elif kind == OP_TEXT:
                 size += max(before + self._texts[col].widest + after, absent)
             else:

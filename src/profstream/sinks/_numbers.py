@@ -231,28 +231,6 @@ def _put_exponent_form(out: U8, pos: int, digits: int, leading: int) -> int:
     return _put_padded(out, pos + 2, -leading, 2)
 
 
-@inline
-def put_float(out: U8, pos: int, bits: np.uint64) -> int:
-    """Python's repr of the finite double ``bits``: 0, or a magnitude in [SHORTEST_MIN, SHORTEST_MAX)."""
-    if bits >> np.uint64(63):
-        out[pos] = 45  # '-', of -0.0 too
-        pos += 1
-    magnitude = bits & _MAGNITUDE_BITS
-    if magnitude == np.uint64(0):
-        return _put_fixed(out, pos, 0, 0)
-    digits, decimals = shortest_digits(magnitude)
-    leading = _digit_count(digits) - 1 - decimals  # the decimal exponent of the first digit
-    if leading < -4:
-        return _put_exponent_form(out, pos, digits, leading)
-    return _put_fixed(out, pos, digits, decimals)
-
-
-def shortest_covers(values: F64) -> bool:
-    """Whether :func:`put_float` prints every finite value of ``values``."""
-    size = np.abs(values[np.isfinite(values)])
-    return not np.any((size != 0) & ((size < SHORTEST_MIN) | (size >= SHORTEST_MAX)))
-
-
 @kernel
 def float_texts(values: F64, present: U8, others: I32, other_data: U8) -> tuple[I32, U8]:
     """Python's repr of every present finite double, as Arrow string offsets and data.
@@ -276,6 +254,17 @@ def float_texts(values: F64, present: U8, others: I32, other_data: U8) -> tuple[
             pos = copy_bytes(out, pos, other_data, others[other], others[other + 1])
             other += 1
             continue
-        pos = put_float(out, pos, bits[i])
+        if bits[i] >> np.uint64(63):
+            out[pos] = 45  # '-', of -0.0 too
+            pos += 1
+        if size == 0.0:
+            pos = _put_fixed(out, pos, 0, 0)
+            continue
+        digits, decimals = shortest_digits(bits[i] & _MAGNITUDE_BITS)
+        leading = _digit_count(digits) - 1 - decimals  # the decimal exponent of the first digit
+        if leading < -4:
+            pos = _put_exponent_form(out, pos, digits, leading)
+        else:
+            pos = _put_fixed(out, pos, digits, decimals)
     offsets[count] = pos
     return offsets, out[:pos].copy()
