@@ -200,6 +200,15 @@ def test_random_doubles_print_as_python_repr() -> None:
     assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values.tolist()]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(), min_size=1, max_size=40))
+def test_rendered_floats_print_as_python_repr(values: list[float]) -> None:
+    """Rows print floats as repr too (NaN and infinities absent), sliced arrays included."""
+    expected = [repr(v) if math.isfinite(v) else "N/A" for v in values]
+    assert line_cells(pa.array(values, pa.float64()), null="N/A") == expected
+    assert line_cells(pa.array(values, pa.float64()).slice(1), null="N/A") == expected[1:]
+
+
 def test_uint64_beyond_int64_prints_as_a_number() -> None:
     """uint64 ids above the int64 range keep their exact value."""
     assert one_member(pa.array([2**64 - 1, 5], pa.uint64())) == [b'{"v":18446744073709551615}', b'{"v":5}']

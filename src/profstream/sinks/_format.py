@@ -24,11 +24,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream.sinks._numbers import SHORTEST_MAX, SHORTEST_MIN, float_texts
 
+I32 = npt.NDArray[np.int32]
+U8 = npt.NDArray[np.uint8]
 Unit = Literal["raw", "duration_us", "timestamp_us"]
 UNITS: tuple[Unit, ...] = ("raw", "duration_us", "timestamp_us")
 
@@ -68,14 +71,9 @@ def resolve_columns(schema: pa.Schema, columns: list[Column] | None) -> list[Col
     return columns
 
 
-def float_text(values: pa.Array) -> pa.Array:
-    """Python's ``repr`` of each float (how msprof's Python path and ``json.dumps`` print them);
-    NaN and infinities -> null.
-
-    The numba kernel of :mod:`~profstream.sinks._numbers` prints every value from 1e-9 to 1e16
-    (nearly all); ``repr`` itself prints the rest. Floats narrower than 64 bits print as the double
-    they widen to, as Python's ``float()`` does.
-    """
+def float_table(values: pa.Array) -> tuple[I32, U8, npt.NDArray[np.bool_]]:
+    """Python's ``repr`` of each float as Arrow string offsets and data, and which values have one
+    (NaN and infinities do not; see :func:`float_text`)."""
     doubles = pc.cast(values, pa.float64())
     numbers = doubles.fill_null(0.0).to_numpy(zero_copy_only=False)
     finite = np.isfinite(numbers)
@@ -89,9 +87,21 @@ def float_text(values: pa.Array) -> pa.Array:
         np.frombuffer(other_texts.buffers()[1], np.int32),
         np.frombuffer(other_texts.buffers()[2] or b"", np.uint8),
     )
+    return offsets, data, present
+
+
+def float_text(values: pa.Array) -> pa.Array:
+    """Python's ``repr`` of each float (how msprof's Python path and ``json.dumps`` print them);
+    NaN and infinities -> null.
+
+    The numba kernel of :mod:`~profstream.sinks._numbers` prints every value from 1e-9 to 1e16
+    (nearly all); ``repr`` itself prints the rest. Floats narrower than 64 bits print as the double
+    they widen to, as Python's ``float()`` does.
+    """
+    offsets, data, present = float_table(values)
     validity = pa.array(present).buffers()[1]
     return pa.Array.from_buffers(
-        pa.string(), len(numbers), [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+        pa.string(), len(present), [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
     )
 
 

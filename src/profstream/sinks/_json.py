@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream._numba import inline, kernel
-from profstream.sinks._format import float_text, is_text
+from profstream.sinks._format import float_table, is_text
 from profstream.sinks._numbers import copy_bytes, put_int, put_micros
 
 U8 = npt.NDArray[np.uint8]
@@ -323,9 +323,10 @@ def _texts(array: pa.Array, name: str, *, escape: bool = True) -> _Texts:
     kind = array.type
     if is_text(kind):
         offsets, data = _string_table(array, quote=escape)
-    elif pa.types.is_floating(kind):
-        array = float_text(array)  # NaN and infinities become absent
-        offsets, data = _string_table(array, quote=False)
+    elif pa.types.is_floating(kind):  # NaN and infinities are absent
+        float_offsets, data, present = float_table(array)
+        index = np.where(present, np.arange(len(array), dtype=np.int64), -1)
+        return _Texts(float_offsets.astype(np.int64), data, index)
     elif pa.types.is_boolean(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind):
         offsets, data = _string_table(pc.cast(array, pa.string()), quote=False)
     else:
