@@ -49,6 +49,7 @@ from profstream.engine.runtime import Operator
 from profstream.engine.schema import NO_ID
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
+from profstream.sinks.csv import CSV_LIMIT
 
 #: msprof's STEP_EXPORT model id
 STEP_MODEL_ID = NO_ID
@@ -250,7 +251,13 @@ def _process_id(collection: discovery.Profile) -> int:
     return 0
 
 
-def layout_context(collection: discovery.Profile, out_dir: Path, window: tuple[int, int] | None) -> Context:
+def layout_context(
+    collection: discovery.Profile,
+    out_dir: Path,
+    window: tuple[int, int] | None,
+    *,
+    csv_slice_rows: int = CSV_LIMIT,
+) -> Context:
     """What the layout outputs of ``collection`` need to know (the daemon builds it once per collection)."""
     planner = Planner(collection)
     devices = tuple(d.device_id for d in collection.devices if d.device_id is not None)
@@ -265,6 +272,7 @@ def layout_context(collection: discovery.Profile, out_dir: Path, window: tuple[i
         stars=stars,
         process_id=_process_id(collection),
         window=window,
+        csv_slice_rows=csv_slice_rows,
     )
 
 
@@ -289,7 +297,7 @@ def _export_one(
 ) -> CollectionReport:
     window = _window(collection, selection, on_invalid, chunk_bytes)
     out_dir = base / OUTPUT_DIRS[layout]
-    context = layout_context(collection, out_dir, window)
+    context = layout_context(collection, out_dir, window, csv_slice_rows=settings.csv_slice_rows)
     limits = Limits.in_megabytes(
         settings.timeline_file_mb, settings.timeline_file_events, settings.timeline_limit_mb
     )

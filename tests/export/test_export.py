@@ -376,3 +376,34 @@ def test_communication_rows_are_merged_by_start_whatever_order_they_come_in(tmp_
         ("2", "op10", "COMMUNICATION"),
     ]
     assert not list(tmp_path.glob(".spool-*"))  # the spools are gone
+
+
+def test_csv_slice_rows_slices_msprof_csvs_and_torch_npu_csvs_stay_whole(
+    torch_run: Run, tmp_path: Path
+) -> None:
+    """msprof's summaries slice at ``csv_slice_rows`` (settings) and keep every row; torch_npu's
+    csv.writer files are never sliced, whatever their size (a plain file name used to be reused
+    by every slice, so only the last slice's rows survived)."""
+    settings = ExportSettings(csv_slice_rows=50)
+    whole = export(torch_run.raw, kind="summary", output=tmp_path / "whole")
+    sliced = export(torch_run.raw, kind="summary", output=tmp_path / "sliced", settings=settings)
+    [before] = [
+        Path(f.path) for f in whole.collections[0].files if Path(f.path).name.startswith("op_summary")
+    ]
+    parts = sorted(
+        Path(f.path) for f in sliced.collections[0].files if Path(f.path).name.startswith("op_summary")
+    )
+    assert len(parts) > 1 and all("_slice_" in p.name for p in parts)
+    header, *rows = before.read_text().splitlines()
+    assert all(p.read_text().splitlines()[0] == header for p in parts)
+    assert [line for p in parts for line in p.read_text().splitlines()[1:]] == rows
+
+    small = export(
+        torch_run.raw, kind="summary", layout="torch_npu", output=tmp_path / "t1", settings=settings
+    )
+    usual = export(torch_run.raw, kind="summary", layout="torch_npu", output=tmp_path / "t2")
+    for name in ("kernel_details.csv", "operator_details.csv", "memory_record.csv"):
+        [one] = [Path(f.path) for f in small.collections[0].files if Path(f.path).name == name]
+        [two] = [Path(f.path) for f in usual.collections[0].files if Path(f.path).name == name]
+        assert len(one.read_text().splitlines()) > 51  # more rows than a slice, all in the one file
+        assert one.read_bytes() == two.read_bytes()

@@ -219,3 +219,12 @@ def test_a_failed_rename_removes_the_slices_already_renamed(tmp_path: Path) -> N
         sink.close()
     assert list(tmp_path.iterdir()) == []
     assert sink.closed
+
+
+def test_a_naming_that_repeats_a_name_is_refused_rather_than_losing_slices(tmp_path: Path) -> None:
+    """Two slices under one name would leave only the last one's rows: close fails, nothing stays."""
+    sink = CsvSink(tmp_path, SCHEMA, lambda _index, _count: "op.csv", columns=COLUMNS, slice_rows=2)
+    sink.write(batch(ROWS))
+    with pytest.raises(SinkError, match="slices but only the names"):
+        sink.close()
+    assert list(tmp_path.iterdir()) == []

@@ -134,10 +134,14 @@ class SlicedOutput:
         or not at all.
         """
         count = len(self.files)
+        names = [self.naming(index, count) for index in range(count)]
+        if len(set(names)) < count:  # a later slice would replace an earlier one: rows lost
+            msg = f"{self.directory / self.stem}: {count} slices but only the names {sorted(set(names))}"
+            raise SinkError(msg)
         done: list[Path] = []
         try:
-            for index, staged in enumerate(self.files):
-                done.append(staged.commit(self.naming(index, count)))
+            for staged, name in zip(self.files, names, strict=True):
+                done.append(staged.commit(name))
         except SinkError:
             for path in done:
                 path.unlink(missing_ok=True)

@@ -57,6 +57,8 @@ from profstream.sinks._json import (
 
 #: msprof's ``CSV_LIMIT``: data rows per summary CSV file
 CSV_LIMIT = 1_000_000
+#: ``slice_rows`` of a file that is never sliced
+UNSLICED = 2**62
 #: rows formatted at once (the text of one slice of a batch is held in memory)
 FORMAT_ROWS = 16_384
 #: Python ``csv.writer``'s minimal quoting

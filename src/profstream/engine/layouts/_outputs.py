@@ -45,7 +45,7 @@ from profstream.sinks import (
     Unit,
 )
 from profstream.sinks.chrome_trace import Events
-from profstream.sinks.csv import CSV_LIMIT, MINIMAL_QUOTING
+from profstream.sinks.csv import CSV_LIMIT, MINIMAL_QUOTING, UNSLICED
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class Context:
     stars: bool  #: STARS chips (Context ID, Mix Block Num exist; msprof_outputs.md §2.1)
     process_id: int  #: info.json ``pid``: the high bits of msprof's timeline pids
     window: tuple[int, int] | None = None  #: ``--model-id/--iteration-id`` time window (host ns)
+    csv_slice_rows: int = CSV_LIMIT  #: data rows per file of a sliced (msprof-named) summary CSV
 
 
 Source = str | Callable[[pa.RecordBatch], pa.Array]
@@ -163,6 +164,11 @@ class Spool:
 Rows = Callable[[pa.RecordBatch], pa.RecordBatch]
 
 
+def _one_name(name: str) -> SliceNaming:
+    """The naming of an output that is one file."""
+    return lambda _index, _count: name
+
+
 class SummaryOutput(Output):
     """One summary table, in msprof's row order (device, then time), as CSV or JSON.
 
@@ -188,7 +194,6 @@ class SummaryOutput(Output):
         key: Callable[[pa.RecordBatch], pa.Array] | None = None,
         line_end: str = "\n",
         quote_chars: str | None = MINIMAL_QUOTING,
-        slice_rows: int = CSV_LIMIT,
     ) -> None:
         self.context = context
         self.tables = (table,)
@@ -199,7 +204,6 @@ class SummaryOutput(Output):
         self._frame = frame
         self._line_end = line_end
         self._quote_chars = quote_chars
-        self._slice_rows = slice_rows
         self._key = key or (lambda b: b.column("device_id"))
         self._sink: TableSink | None = None
         self._spool_dir: Path | None = None
@@ -241,13 +245,16 @@ class SummaryOutput(Output):
         if self.fmt == "json":
             name = self.name if isinstance(self.name, str) else self.name(0, 1)
             return SummaryJsonSink(self.context.out_dir / name, schema, columns=columns)
-        naming = self.name if callable(self.name) else (lambda _i, _n, name=self.name: name)
+        if callable(self.name):  # msprof's names: sliced every csv_slice_rows rows
+            naming, slice_rows = self.name, self.context.csv_slice_rows
+        else:  # one file, as torch_npu's csv.writer writes every row into it
+            naming, slice_rows = _one_name(self.name), UNSLICED
         return CsvSink(
             self.context.out_dir,
             schema,
             naming,
             columns=columns,
-            slice_rows=self._slice_rows,
+            slice_rows=slice_rows,
             quote_chars=self._quote_chars,
             line_end=self._line_end,
         )
