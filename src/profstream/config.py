@@ -37,7 +37,7 @@ class ExportSettings(_Section, frozen=True):
     timeline_limit_mb: PositiveInt = 500  # MindSpore's timeline_limit default
     timeline_file_mb: PositiveInt = 256  # roll timeline files at a viewer-safe size
     timeline_file_events: PositiveInt = 1_000_000
-    csv_slice_rows: PositiveInt = 1_000_000  # msprof slices summary CSVs at 1M rows
+    csv_slice_rows: PositiveInt = 1_000_000  # msprof-layout summary CSVs slice at this many rows
 
 
 class DaemonSettings(_Section, frozen=True):
