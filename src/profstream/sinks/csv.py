@@ -27,9 +27,9 @@ Quoting (``quote_chars``), which msprof's two writers do differently:
 
 pyarrow's ``CSVWriter`` is not used: its quoting styles cannot express either convention
 (``needed`` quotes every string cell, ``N/A`` included; ``none`` refuses a cell holding a comma or a
-quote, so it cannot write msprof's pre-quoted shapes). Rendering whole lines in numba also runs at
-about twice the speed of formatting and joining text columns with pyarrow.compute (bench/README.md,
-"Sinks").
+quote, so it cannot write msprof's pre-quoted shapes). Rendering whole lines in numba also runs 1.5 to
+1.8 times as fast as formatting and joining text columns with pyarrow.compute did (bench/README.md,
+"Micro results").
 """
 
 from __future__ import annotations
