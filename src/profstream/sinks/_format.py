@@ -28,7 +28,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profstream.sinks._numbers import SHORTEST_MAX, SHORTEST_MIN, float_texts
+from profstream.sinks._numbers import GIVEN, NO_TEXT, SHORTEST, SHORTEST_MAX, SHORTEST_MIN, float_texts
 
 I32 = npt.NDArray[np.int32]
 U8 = npt.NDArray[np.uint8]
@@ -79,13 +79,14 @@ def float_table(values: pa.Array) -> tuple[I32, U8, npt.NDArray[np.bool_]]:
     finite = np.isfinite(numbers)
     present = pc.is_valid(doubles).to_numpy(zero_copy_only=False) & finite
     size = np.abs(numbers, where=finite, out=np.zeros_like(numbers))
-    others = numbers[present & (size != 0) & ((size < SHORTEST_MIN) | (size >= SHORTEST_MAX))]
-    other_texts = pa.array([repr(v) for v in others.tolist()], pa.string())
+    given = present & (size != 0) & ((size < SHORTEST_MIN) | (size >= SHORTEST_MAX))
+    kinds = np.where(given, GIVEN, np.where(present, SHORTEST, NO_TEXT)).astype(np.uint8)
+    given_texts = pa.array([repr(v) for v in numbers[given].tolist()], pa.string())
     offsets, data = float_texts(
         numbers,
-        present.view(np.uint8),
-        np.frombuffer(other_texts.buffers()[1], np.int32),
-        np.frombuffer(other_texts.buffers()[2] or b"", np.uint8),
+        kinds,
+        np.frombuffer(given_texts.buffers()[1], np.int32),
+        np.frombuffer(given_texts.buffers()[2] or b"", np.uint8),
     )
     return offsets, data, present
 

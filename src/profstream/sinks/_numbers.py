@@ -9,8 +9,9 @@ path and ``json.dumps`` print floats that way:
   ``dtoa`` mode 0, in CPython's ``Python/dtoa.c``. Python's ``float_repr_style`` is ``'short'``.
 * The layout is fixed-point (``0.001``, ``21.0``, ``1000000000000000.0``) when the leading digit's
   decimal exponent is in [-4, 16). Otherwise Python uses exponent notation (``1e-05``,
-  ``1e+16``). This kernel writes the fixed-point cells and flags the rest for ``repr``. Summary
-  values (ratios, KB, bandwidths) are almost all fixed-point.
+  ``1e+16``). The kernel writes both layouts for magnitudes in ``[SHORTEST_MIN, SHORTEST_MAX)``;
+  the caller gives it ``repr``'s text for the rare values outside. Summary values (ratios, KB,
+  bandwidths) are almost all inside.
 
 :func:`shortest_digits` finds the digits exactly (Steele and White's free-format rule, the one
 ``dtoa`` implements). A double ``m * 2**e`` reads back from every decimal strictly between the
@@ -47,6 +48,11 @@ FLOAT_WIDTH = 23
 #: the magnitudes :func:`shortest_digits` takes (``5**k`` and the 128-bit products fit 64 bits)
 SHORTEST_MIN = 1e-9
 SHORTEST_MAX = 1e16
+
+# what :func:`float_texts` writes for a value
+NO_TEXT = 0  # absent, NaN or infinite
+SHORTEST = 1  # the kernel's own digits: zero, or a magnitude in [SHORTEST_MIN, SHORTEST_MAX)
+GIVEN = 2  # the next of the texts the caller gives
 
 
 @inline
@@ -232,35 +238,31 @@ def _put_exponent_form(out: U8, pos: int, digits: int, leading: int) -> int:
 
 
 @kernel
-def float_texts(values: F64, present: U8, others: I32, other_data: U8) -> tuple[I32, U8]:
-    """Python's repr of every present finite double, as Arrow string offsets and data.
-
-    Values with no text (absent, NaN, infinite) take no bytes. Nonzero values outside
-    ``[SHORTEST_MIN, SHORTEST_MAX)`` take, in order, the texts of ``(others, other_data)``.
-    """
+def float_texts(values: F64, kinds: U8, given: I32, given_data: U8) -> tuple[I32, U8]:
+    """Python's repr of every double, as Arrow string offsets and data; ``kinds`` says per value
+    whether it has no text, the kernel's digits, or the next text of ``(given, given_data)``."""
     count = values.size
     bits = values.view(np.uint64)
     offsets = np.empty(count + 1, np.int32)
-    out = np.empty(count * FLOAT_WIDTH + other_data.size, np.uint8)
+    out = np.empty(count * FLOAT_WIDTH + given_data.size, np.uint8)
     pos = 0
     other = 0
     for i in range(count):
         offsets[i] = pos
-        value = values[i]
-        if present[i] == 0 or not np.isfinite(value):
+        if kinds[i] == NO_TEXT:
             continue
-        size = abs(value)
-        if size != 0.0 and (size < SHORTEST_MIN or size >= SHORTEST_MAX):
-            pos = copy_bytes(out, pos, other_data, others[other], others[other + 1])
+        if kinds[i] == GIVEN:
+            pos = copy_bytes(out, pos, given_data, given[other], given[other + 1])
             other += 1
             continue
         if bits[i] >> np.uint64(63):
             out[pos] = 45  # '-', of -0.0 too
             pos += 1
-        if size == 0.0:
+        magnitude = bits[i] & _MAGNITUDE_BITS
+        if magnitude == np.uint64(0):
             pos = _put_fixed(out, pos, 0, 0)
             continue
-        digits, decimals = shortest_digits(bits[i] & _MAGNITUDE_BITS)
+        digits, decimals = shortest_digits(magnitude)
         leading = _digit_count(digits) - 1 - decimals  # the decimal exponent of the first digit
         if leading < -4:
             pos = _put_exponent_form(out, pos, digits, leading)
