@@ -285,11 +285,8 @@ def _owner_of_links(links: pa.Table | None, keys: pa.Array) -> I64:
     return np.asarray(pc.fill_null(owner, len(keys)), np.int64)
 
 
-def communication_steps(
-    ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None, *, wall_offset_ns: int = 0
-) -> Iterator[tuple[str, Any]]:
+def _communication_members(index: _Index, wall_offset_ns: int) -> Iterator[tuple[str, Any]]:
     """The members of ``communication.json`` for one device, a step at a time (module docstring)."""
-    index = _Index(ops, links, steps)
     dropped = int((index.step_of_op < 0).sum())
     if dropped:
         events.get_logger(component="sink.communication_json").warning(
@@ -379,15 +376,12 @@ def _summaries(ops: Mapping[str, Mapping[str, dict[str, Any]]]) -> dict[str, dic
     return dict(out)
 
 
-def matrix_steps(
-    ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None
-) -> Iterator[tuple[str, Any]]:
+def _matrix_members(index: _Index) -> Iterator[tuple[str, Any]]:
     """The members of ``communication_matrix.json`` for one device, a step at a time (module docstring).
 
     Each op key goes to the first step (in step order) holding an op of that key, or every key to
     ``"step"`` when no step holds any; a step's keys keep their order of first appearance.
     """
-    index = _Index(ops, links, steps)
     first_step = np.full(len(index.keys), len(index.step_keys), np.int64)
     assigned = index.step_of_op >= 0
     np.minimum.at(first_step, index.key_of_op[assigned], index.step_of_op[assigned])
@@ -413,14 +407,14 @@ def communication(
     ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None, *, wall_offset_ns: int = 0
 ) -> dict[str, Any]:
     """The content of ``communication.json`` for one device, whole (the cluster analysis reads it)."""
-    return dict(communication_steps(ops, links, steps, wall_offset_ns=wall_offset_ns))
+    return dict(_communication_members(_Index(ops, links, steps), wall_offset_ns))
 
 
 def communication_matrix(
     ops: pa.Table, links: pa.Table | None, steps: pa.Table | None = None
 ) -> dict[str, Any]:
     """The content of ``communication_matrix.json`` for one device, whole."""
-    return dict(matrix_steps(ops, links, steps))
+    return dict(_matrix_members(_Index(ops, links, steps)))
 
 
 def _write_members(staged: StagedFile, members: Iterable[tuple[str, Any]]) -> None:
@@ -471,10 +465,10 @@ class CommunicationJsonSink(Sink):
         ops = self._table("comm_ops")
         if ops is None:
             return []
-        links, steps = self._table("comm_links"), self._table("framework_steps")
+        index = _Index(ops, self._table("comm_links"), self._table("framework_steps"))  # both files read it
         contents = {
-            COMMUNICATION: communication_steps(ops, links, steps, wall_offset_ns=self.wall_offset_ns),
-            MATRIX: matrix_steps(ops, links, steps),
+            COMMUNICATION: _communication_members(index, self.wall_offset_ns),
+            MATRIX: _matrix_members(index),
         }
         for name, members in contents.items():
             staged = StagedFile(self.directory, name)
