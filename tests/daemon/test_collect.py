@@ -76,6 +76,17 @@ def test_once_equals_the_offline_export(
     assert _windows(tmp_path / "out") == offline_layout
 
 
+def test_csv_slice_rows_of_the_settings_slices_the_window_csvs(raw: Path, tmp_path: Path) -> None:
+    """``[export] csv_slice_rows`` reaches the windows as it reaches ``export``: msprof's summary CSVs
+    come in slices of that many rows, and together they hold every row of the offline export."""
+    config = tmp_path / "settings.toml"
+    config.write_text("[export]\ncsv_slice_rows = 5\n")
+    done = collect(raw, tmp_path / "out", "--once", "--layout", "msprof", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert any("_slice_" in p.name for p in (tmp_path / "out").rglob("op_summary*.csv"))
+    assert _windows(tmp_path / "out") == offline_layout_rows(raw, tmp_path / "offline", "msprof")
+
+
 @pytest.mark.parametrize(
     "faults",
     [

@@ -122,6 +122,7 @@ from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import DecodeError, InputPathError, ProfstreamError
 from profstream.export import Router, is_level0, layout_context
 from profstream.sinks import ParquetSink
+from profstream.sinks.csv import CSV_LIMIT
 
 #: event names the daemon adds (not yet in profstream.events)
 LOCK_NAME = ".profstream-collect.lock"
@@ -182,6 +183,7 @@ class CollectorConfig:
     timeline_limit_mb: int = 500
     timeline_file_mb: int = 256
     timeline_file_events: int = 1_000_000
+    csv_slice_rows: int = CSV_LIMIT  # rows per file of a window's sliced (msprof) CSVs
     faults: Faults = field(default_factory=Faults)
 
     def limits(self) -> Limits:
@@ -394,7 +396,8 @@ class CollectionRunner:
             layout = "torch_npu" if profile.framework is not None else "msprof"
         self.layout = layout
         if layout != "parquet":
-            self.context = layout_context(profile, self.out / OUTPUT_DIRS[layout], None)
+            out_dir = self.out / OUTPUT_DIRS[layout]
+            self.context = layout_context(profile, out_dir, None, csv_slice_rows=self.config.csv_slice_rows)
             self.level0 = is_level0(profile)
 
     def _start_over(self, profile: discovery.Profile) -> None:

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         timeline_limit_mb=args.timeline_limit or export.timeline_limit_mb,
         timeline_file_mb=export.timeline_file_mb,
         timeline_file_events=export.timeline_file_events,
+        csv_slice_rows=export.csv_slice_rows,
         faults=Faults.from_env(os.environ.get(FAULT_ENV)),
     )
     return Collector(config).run()
