@@ -473,7 +473,9 @@ class Template:
 
     def open(self, key: str) -> None:
         """Start a nested object ``key``; members up to :meth:`close` go inside it."""
-        self._require_object("open")
+        if self._line:
+            msg = "open() needs a JSON object template, not a line"
+            raise ValueError(msg)
         self._add(OP_OPEN, 0, self._key(key) + b"{")
         self._depth += 1
 
@@ -484,11 +486,6 @@ class Template:
             raise ValueError(msg)
         self._add(OP_CLOSE, 0, b"")
         self._depth -= 1
-
-    def _require_object(self, what: str) -> None:
-        if self._line:
-            msg = f"{what}() needs a JSON object template, not a line"
-            raise ValueError(msg)
 
     def compile(self, event_sep: int = 0) -> Compiled:
         """The arrays of the kernel; ``event_sep`` bytes go before every event but a file's first."""
