@@ -49,6 +49,7 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from profstream._allocator import trim_heap
 from profstream.errors import ProfstreamError
 
 #: the watermark of a stream that will deliver nothing more
@@ -201,6 +202,7 @@ class Pipeline:
 
     def step(self) -> list[Emit]:
         """Pull one feed batch and advance; at the end, finish the operators. Returns every emit."""
+        trim_heap()
         live = [f for f in self.feeds.values() if f.watermark != DONE]
         out: list[Emit] = []
         if live:
@@ -232,6 +234,7 @@ class Pipeline:
             for name in op.outputs:
                 self._marks[name] = DONE
         self._finished = True
+        trim_heap(force=True)  # the operators' state is gone
         return out
 
     def _pull(self, live: list[Feed]) -> tuple[Feed | None, pa.RecordBatch | None]:
