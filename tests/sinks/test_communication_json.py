@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from profstream.engine.layouts import Context
+from profstream.engine.layouts.torch_npu import Communication
 from profstream.engine.schema import TABLES, conform
 from profstream.sinks.communication_json import (
     CommunicationJsonSink,
@@ -310,3 +312,30 @@ def test_ops_go_to_the_first_step_that_contains_them(spans: list[tuple[int, int]
         expected.append(found[0] if found else -1)
     starts, ends = (np.array(column, np.float64) for column in zip(*steps, strict=True))
     assert _assign(np.array(times, np.float64), starts, ends).tolist() == expected
+
+
+def test_torch_npu_output_spools_rows_until_close_and_writes_the_sinks_files(tmp_path: Path) -> None:
+    steps = steps_table([(1, 0, 35000), (2, 35000, 60000)])
+    direct = tmp_path / "direct"
+    tables = {"comm_ops": ops_table(), "comm_links": links_table(), "framework_steps": steps}
+    with CommunicationJsonSink(direct) as sink:
+        for name, table in tables.items():
+            sink.write(name, table.to_batches()[0])
+    context = Context(tmp_path / "out", "20260101000000", 0, (0,), [], stars=False, process_id=0)
+    output = Communication(context)
+    for batch in links_table().to_batches(max_chunksize=2):
+        output.write("comm_links", batch)
+    for batch in ops_table().to_batches(max_chunksize=1):
+        output.write("comm_ops", batch)
+    output.write("framework_steps", steps.to_batches()[0])  # the steps close after their ops
+    assert not output.sink._batches["comm_ops"]  # held on disk, not in the sink
+    assert [p.name for p in context.out_dir.iterdir()] == [output._spool_dir.name]
+    paths = output.close()
+    assert sorted(p.name for p in paths) == ["communication.json", "communication_matrix.json"]
+    for path in paths:
+        assert path.read_bytes() == (direct / path.name).read_bytes()
+    assert not list(context.out_dir.glob(".spool-*"))
+    aborted = Communication(context)
+    aborted.write("comm_ops", ops_table().to_batches()[0])
+    aborted.abort()
+    assert not list(context.out_dir.glob(".spool-*"))

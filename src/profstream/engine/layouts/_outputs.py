@@ -161,6 +161,13 @@ class Spool:
             yield from self.read(key)
 
 
+def spool_directory(context: Context) -> Path:
+    """A new hidden directory for spools in the output directory (``export --clear`` removes one a
+    killed run left behind)."""
+    context.out_dir.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=".spool-", dir=context.out_dir))
+
+
 Rows = Callable[[pa.RecordBatch], pa.RecordBatch]
 
 
@@ -209,8 +216,7 @@ class SummaryOutput(Output):
         self._spool_dir: Path | None = None
         self._spool: Spool | None = None
         if spool or key is not None or (by_device and len(context.devices) > 1):
-            context.out_dir.mkdir(parents=True, exist_ok=True)
-            self._spool_dir = Path(tempfile.mkdtemp(prefix=".spool-", dir=context.out_dir))
+            self._spool_dir = spool_directory(context)
             self._spool = Spool(self._spool_dir)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:

@@ -18,6 +18,7 @@ each in time order.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,10 @@ from profstream.engine.layouts._outputs import (
     Limits,
     Output,
     Processes,
+    Spool,
     SummaryOutput,
     TimelineOutput,
+    spool_directory,
     stamp,
 )
 from profstream.engine.layouts.msprof import (
@@ -141,22 +144,37 @@ def _memory_record_key(batch: pa.RecordBatch) -> pa.Array:
 
 
 class Communication(Output):
-    """communication.json and communication_matrix.json (framework_outputs.md §3.6)."""
+    """communication.json and communication_matrix.json (framework_outputs.md §3.6).
+
+    Both files need all of a step's ops, and a step may close after its ops, so the sink holds its
+    tables until close. The rows wait on disk instead (a :class:`Spool`, one key per table) and reach
+    the sink at close, after the pipeline has dropped its state: they grow with the run (22 MB of
+    Arrow data on the 5 GB simulation) and no longer add to the pipeline's peak.
+    """
 
     tables = CommunicationJsonSink.TABLES
 
     def __init__(self, context: Context) -> None:
         self.sink = CommunicationJsonSink(context.out_dir, wall_offset_ns=context.wall_offset_ns)
+        self._spool_dir = spool_directory(context)
+        self._spool = Spool(self._spool_dir)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
-        self.sink.write(table, batch)
+        self._spool.write(self.tables.index(table), batch)
 
     def close(self) -> list[Path]:
-        self.sink.close()
-        return list(self.sink.paths)
+        try:
+            for key in self._spool.pending():
+                for batch in self._spool.read(key):
+                    self.sink.write(self.tables[key], batch)
+            self.sink.close()
+            return list(self.sink.paths)
+        finally:
+            shutil.rmtree(self._spool_dir, ignore_errors=True)
 
     def abort(self) -> None:
         self.sink.abort()
+        shutil.rmtree(self._spool_dir, ignore_errors=True)
 
 
 def summary_outputs(context: Context, level0: bool) -> list[Output]:
