@@ -346,8 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ProfstreamError as exc:
         print(f"profstream: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except FileNotFoundError as exc:
-        print(f"profstream: error: {exc.strerror}: {exc.filename}", file=sys.stderr)
+    except OSError as exc:  # a missing input, a full disk ...; the outputs' temporary files are gone
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"profstream: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
 

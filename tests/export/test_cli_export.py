@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from profstream.cli import EXIT_BAD_INPUT, EXIT_OK, main
+from profstream.export import Router
 from tests.export.conftest import Run
 
 
@@ -46,6 +49,28 @@ def test_the_msprof_binary_form_exports_timeline_and_summary(
 def test_a_missing_directory_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", "summary", "-dir", "/nonexistent/PROF_1"]) == EXIT_BAD_INPUT
     assert "/nonexistent/PROF_1" in capsys.readouterr().err
+
+
+def test_a_full_disk_exits_1_with_a_message_and_leaves_no_complete_file(
+    graph_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    route = Router.route
+    routed = [0]
+
+    def full_disk_after_a_few_batches(self: Router, stream: str, batch: pa.RecordBatch) -> None:
+        routed[0] += 1
+        if routed[0] > 5:
+            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: No space left on device")
+        route(self, stream, batch)
+
+    monkeypatch.setattr(Router, "route", full_disk_after_a_few_batches)
+    argv = ["export", "summary", "-dir", str(graph_run.raw), "--output", str(tmp_path)]
+    assert main(argv) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "profstream: error: Error writing bytes to file. Detail: No space left on device" in err
+    assert "Traceback" not in err
+    left = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert all(p.name.startswith(".") for p in left), left
 
 
 def test_an_iteration_out_of_range_is_bad_input(
