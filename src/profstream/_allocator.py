@@ -62,7 +62,8 @@ class HeapTrimmer:
     numpy's arrays live on glibc's heap, and a streaming pipeline frees them in an order that leaves
     holes between live blocks; the heap cannot shrink past them, so without trimming its free part
     stays resident and grows with the run (in the torch_npu export of the 5 GB simulation, 190 MB of
-    a 408 MB heap were free near the end of the pipeline; glibc's ``mallinfo2``). ``malloc_trim(0)`` releases the free pages of every hole.
+    a 408 MB heap were free near the end of the pipeline; glibc's ``mallinfo2``).
+    ``malloc_trim(0)`` releases the free pages of every hole.
     """
 
     def __init__(self, trim: Callable[[int], int] | None, interval_s: float = TRIM_INTERVAL_S) -> None:
