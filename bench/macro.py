@@ -108,8 +108,8 @@ def scenario_tables(chip: str, size_mb: int) -> Callable[[Path], Result]:
     return go
 
 
-def scenario_export(kind: str) -> Callable[[str, int], Callable[[Path], Result]]:
-    """``export timeline|summary`` (msprof layout) of a simulated run, as issue #5 measures it."""
+def scenario_export(kind: str, layout: str = "msprof") -> Callable[[str, int], Callable[[Path], Result]]:
+    """``export timeline|summary`` in ``layout`` of a simulated run, as issue #5 measures it."""
 
     def factory(chip: str, size_mb: int) -> Callable[[Path], Result]:
         def go(work: Path) -> Result:
@@ -119,13 +119,16 @@ def scenario_export(kind: str) -> Callable[[str, int], Callable[[Path], Result]]
                 kind,
                 "-dir",
                 str(src),
+                "--layout",
+                layout,
                 "--output",
-                str(work / f"export-{kind}-{chip}-{size_mb}"),
+                str(work / f"export-{kind}-{layout}-{chip}-{size_mb}"),
             ]
             wall, rss = run(argv)
-            return Result(
-                f"export {kind} {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(src)
-            )
+            label = f"export {kind} {chip} {size_mb} MB"
+            if layout != "msprof":
+                label += f", {layout} layout"
+            return Result(label, "profstream " + " ".join(argv), wall, rss, du_mb(src))
 
         return go
 
@@ -140,6 +143,8 @@ SCENARIOS: dict[str, Callable[[Path], Result]] = {
         ("tables", scenario_tables),
         ("export-summary", scenario_export("summary")),
         ("export-timeline", scenario_export("timeline")),
+        ("export-summary-torch_npu", scenario_export("summary", "torch_npu")),
+        ("export-timeline-torch_npu", scenario_export("timeline", "torch_npu")),
     )
     for chip in ("910A", "910B")
     for size in (100, 1024, 5120, 10240)
