@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -50,6 +52,21 @@ def test_round_trip_partitioned_by_device(tmp_path: Path) -> None:
     assert sorted_table(back).cast(SCHEMA).to_pylist() == sorted_table(expected).to_pylist()
     zero = read_dataset(tmp_path, SCHEMA).to_table(filter=pc.field("device_id") == 0)
     assert zero.num_rows == sum(1 for d in expected.column("device_id").to_pylist() if d == 0)
+
+
+def test_duckdb_and_polars_read_the_dataset_as_written(tmp_path: Path) -> None:
+    """Issue #5: the datasets are readable by DuckDB and Polars as they are, null partition included."""
+    written = pa.Table.from_batches([batch(s, 7, [0, 1, None]) for s in range(0, 70, 7)])
+    with ParquetSink(tmp_path / "t", SCHEMA) as sink:
+        for b in written.to_batches():
+            sink.write(b)
+    files = str(tmp_path / "t" / "**" / "*.parquet")
+    by_duckdb = duckdb.sql(f"select * from read_parquet('{files}', hive_partitioning=true)").to_arrow_table()
+    by_polars = pl.scan_parquet(files, hive_partitioning=True).collect().to_arrow()
+    expected = sorted_table(written).to_pylist()
+    for back in (by_duckdb, by_polars):
+        assert sorted(back.column_names) == sorted(SCHEMA.names)
+        assert sorted_table(back.select(SCHEMA.names)).to_pylist() == expected
 
 
 def test_row_groups_are_coalesced_to_the_row_group_size(tmp_path: Path) -> None:
