@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from profstream.errors import SchemaMismatchError, SinkError
 from profstream.sinks import Column, CsvSink, msprof_slice_names
+from profstream.sinks._format import FORMAT_ROWS
 
 DICT = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema(
@@ -142,8 +143,8 @@ def test_unknown_columns_and_units_are_refused(tmp_path: Path) -> None:
 
 def test_abort_and_exceptions_remove_every_slice(tmp_path: Path) -> None:
     """Temporary slices are hidden while writing and gone after abort or an exception in the block."""
-    sink = CsvSink(tmp_path, SCHEMA, NAMING, columns=COLUMNS, slice_rows=1)
-    sink.write(batch(ROWS))
+    sink = CsvSink(tmp_path, SCHEMA, NAMING, columns=COLUMNS, slice_rows=FORMAT_ROWS // 2)
+    sink.write(pa.Table.from_batches([batch(ROWS)] * (FORMAT_ROWS // len(ROWS) + 1)))  # 1.5 slices
     assert len(list(tmp_path.iterdir())) == 3
     assert all(p.name.startswith(".") for p in tmp_path.iterdir())
     sink.abort()
@@ -153,6 +154,26 @@ def test_abort_and_exceptions_remove_every_slice(tmp_path: Path) -> None:
         msg = "x"
         raise KeyError(msg)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_small_batches_are_held_and_written_joined_with_the_same_bytes(tmp_path: Path) -> None:
+    """Batches under FORMAT_ROWS rows wait (no file is opened yet) and are rendered together, in
+    order, at FORMAT_ROWS rows or at close; the files equal those of one sink fed one whole batch."""
+    parts = [batch([(i, f"op{i % 7}", i * 1_000, i, i / 3, str(i % 5))]) for i in range(FORMAT_ROWS + 5)]
+    with CsvSink(tmp_path / "whole", SCHEMA, NAMING, columns=COLUMNS, slice_rows=10_000) as whole:
+        whole.write(pa.Table.from_batches(parts))
+    pieces = CsvSink(tmp_path / "pieces", SCHEMA, NAMING, columns=COLUMNS, slice_rows=10_000)
+    for part in parts[:100]:
+        pieces.write(part)
+    assert list((tmp_path / "pieces").glob("*")) == []  # nothing rendered yet, no file opened
+    for part in parts[100:]:
+        pieces.write(part)
+    assert pieces.rows_written == len(parts)
+    pieces.close()
+    assert [p.name for p in pieces.paths] == [p.name for p in whole.paths]
+    assert len(whole.paths) == 2
+    for mine, theirs in zip(pieces.paths, whole.paths, strict=True):
+        assert mine.read_bytes() == theirs.read_bytes()
 
 
 TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=12)

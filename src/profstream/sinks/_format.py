@@ -37,6 +37,9 @@ UNITS: tuple[Unit, ...] = ("raw", "duration_us", "timestamp_us")
 
 #: msprof's text for an absent value
 NA = "N/A"
+#: rows the summary sinks format at once (the text of that many rows is held in memory); smaller
+#: batches are joined up to this many first (:class:`~profstream.sinks._base.TableSink` ``coalesce_rows``)
+FORMAT_ROWS = 16_384
 
 
 @dataclass(frozen=True)

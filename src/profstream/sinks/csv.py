@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 
 from profstream import events as log_events
 from profstream.sinks._base import SlicedOutput, SliceNaming, StagedFile, TableSink
-from profstream.sinks._format import Column, is_text, resolve_columns
+from profstream.sinks._format import FORMAT_ROWS, Column, is_text, resolve_columns
 from profstream.sinks._json import (
     DONE,
     NO_SEPARATOR,
@@ -59,8 +59,6 @@ from profstream.sinks._json import (
 CSV_LIMIT = 1_000_000
 #: ``slice_rows`` of a file that is never sliced
 UNSLICED = 2**62
-#: rows formatted at once (the text of one slice of a batch is held in memory)
-FORMAT_ROWS = 16_384
 #: Python ``csv.writer``'s minimal quoting
 MINIMAL_QUOTING = ',"\r\n'
 
@@ -84,6 +82,8 @@ def _quote(text: str, quote_chars: str | None) -> str:
 
 class CsvSink(TableSink):
     """One summary table as msprof CSV files: header, formatted cells, sliced every ``slice_rows``."""
+
+    coalesce_rows = FORMAT_ROWS
 
     def __init__(
         self,

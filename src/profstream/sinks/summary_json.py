@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from profstream import events as log_events
 from profstream.sinks._base import StagedFile, TableSink
-from profstream.sinks._format import Column, resolve_columns
+from profstream.sinks._format import FORMAT_ROWS, Column, resolve_columns
 from profstream.sinks._json import (
     BUFFER_FULL,
     S_POS,
@@ -34,6 +34,8 @@ _SEPARATOR = b", "
 
 class SummaryJsonSink(TableSink):
     """One summary table as a msprof ``--format json`` file at ``path``."""
+
+    coalesce_rows = FORMAT_ROWS
 
     def __init__(
         self,
