@@ -180,6 +180,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     parser.add_argument("--write", action="store_true", help="write the table into bench/README.md")
     args = parser.parse_args()
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         results = [SCENARIOS[name](Path(scratch)) for name in args.scenario]
         results = [replace(r, command=r.command.replace(scratch, "$WORK")) for r in results]
