@@ -99,6 +99,7 @@ def run_export(args: argparse.Namespace) -> int:
             settings=settings.export,
             on_invalid=settings.decode.on_invalid,
             chunk_bytes=settings.decode.chunk_mb << 20,
+            advance_bytes=settings.decode.advance_mb << 20,
             progress=_ProgressBar(f"export {kind}"),
         )
         sys.stdout.write(report.render() + "\n")

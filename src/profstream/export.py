@@ -45,7 +45,7 @@ from profstream.engine.layouts import (
 from profstream.engine.layouts.msprof import write_readme
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.plan import Planner
-from profstream.engine.runtime import Operator
+from profstream.engine.runtime import ADVANCE_BYTES, Operator
 from profstream.engine.schema import NO_ID
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
@@ -197,6 +197,7 @@ def export(
     settings: ExportSettings | None = None,
     on_invalid: OnInvalid = "error",
     chunk_bytes: int = 2 << 20,
+    advance_bytes: int = ADVANCE_BYTES,
     progress: Progress | None = None,
 ) -> ExportReport:
     """Export every PROF_XXX collection under ``path`` in ``layout``; see the module docstring."""
@@ -226,6 +227,7 @@ def export(
                 settings=settings,
                 on_invalid=on_invalid,
                 chunk_bytes=chunk_bytes,
+                advance_bytes=advance_bytes,
                 progress=share,
             )
         )
@@ -293,6 +295,7 @@ def _export_one(
     settings: ExportSettings,
     on_invalid: OnInvalid,
     chunk_bytes: int,
+    advance_bytes: int,
     progress: Progress | None,
 ) -> CollectionReport:
     window = _window(collection, selection, on_invalid, chunk_bytes)
@@ -313,7 +316,11 @@ def _export_one(
     router = Router(built, window, statistics)
     # msprof.py reads no FRAMEWORK files and none of its outputs need them (the window above may)
     planner = Planner(
-        collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, read_framework=layout != "msprof"
+        collection,
+        on_invalid=on_invalid,
+        chunk_bytes=chunk_bytes,
+        advance_bytes=advance_bytes,
+        read_framework=layout != "msprof",
     )
     pipeline, streams = planner.pipeline(sorted(tables))
     clock = _Span(collection)

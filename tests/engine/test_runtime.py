@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from profstream.engine.runtime import (
     DONE,
     START,
+    WAIT,
     Emit,
     Feed,
     Operator,
@@ -100,7 +101,7 @@ def test_an_operator_is_advanced_only_when_fed_or_its_watermark_moved() -> None:
     only_a = SortedMerge(("a",), "from_a")
     both = SortedMerge(("a", "b"), "from_both")
     # pulls: a(1) b(1) a(4) b(7) a(9) b(8) b(end) a(end); every pull of b leaves "a" alone
-    pipeline = Pipeline(_feeds([[1], [4], [9]], [[1], [7], [8]]), [only_a, both])
+    pipeline = Pipeline(_feeds([[1], [4], [9]], [[1], [7], [8]]), [only_a, both], advance_bytes=0)
     assert [t for _, b in pipeline.run(["from_both"]) for t in b.column("t").to_pylist()] == [
         1,
         1,
@@ -114,8 +115,43 @@ def test_an_operator_is_advanced_only_when_fed_or_its_watermark_moved() -> None:
     assert both.watermarks == [START, 1, 1, 4, 7, 8, 9, DONE]
     # a batch alone (same watermark) still advances: it may hold rows the operator can emit now
     late = SortedMerge(("a",), "late")
-    list(Pipeline([Feed("a", _batches([[5], [3], [5]]), "t")], [late]).run())
+    list(Pipeline([Feed("a", _batches([[5], [3], [5]]), "t")], [late], advance_bytes=0).run())
     assert late.watermarks == [5, 5, 5, DONE]
+
+
+def test_operators_advance_once_per_advance_bytes_pulled_and_when_a_feed_ends() -> None:
+    """Advancing waits for ``advance_bytes`` of pulled batches (or a feed's end); the rows are the same."""
+    chunks_a, chunks_b = [[1], [4], [9], [12]], [[2], [7], [8], [15]]
+    eager, lazy = SortedMerge(("a", "b")), SortedMerge(("a", "b"))
+    one_batch = pa.record_batch({"t": pa.array([0], pa.int64())}).nbytes
+    eager_rows = _merged(Pipeline(_feeds(chunks_a, chunks_b), [eager], advance_bytes=0))
+    lazy_rows = _merged(Pipeline(_feeds(chunks_a, chunks_b), [lazy], advance_bytes=3 * one_batch))
+    assert lazy_rows == eager_rows == [1, 2, 4, 7, 8, 9, 12, 15]
+    # pulls: a1 b2 a4 | b7 a9 b8 | b15 a12 a(end) | b(end): three batches, or a feed's end, advance
+    assert eager.watermarks == [START, 1, 2, 4, 7, 8, 9, 12, 15, DONE]
+    assert lazy.watermarks == [2, 8, 15, DONE]
+
+
+def test_a_stall_advances_what_was_read_before_it() -> None:
+    """A live feed's rows go out when every feed waits, though less than advance_bytes was read."""
+
+    def live() -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch({"t": pa.array([1, 2], pa.int64())})
+        yield WAIT
+
+    merge = SortedMerge(("a",))
+    pipeline = Pipeline([Feed("a", live(), "t")], [merge])
+    pipeline.step()
+    assert merge.watermarks == []  # one small batch: not advanced yet
+    emitted = pipeline.step()
+    assert pipeline.stalled
+    assert merge.watermarks == [2]
+    assert [t for name, batch in emitted if name == "merged" for t in batch["t"].to_pylist()] == [1]
+
+
+def test_a_negative_advance_budget_is_refused() -> None:
+    with pytest.raises(PipelineError, match="advance_bytes"):
+        Pipeline(_feeds([[1]], [[2]]), [SortedMerge(("a", "b"))], advance_bytes=-1)
 
 
 def test_slack_holds_back_the_watermark() -> None:
@@ -146,7 +182,8 @@ def test_snapshot_and_restore_continue_exactly(
     """Stop anywhere, snapshot, rebuild, restore: the rest of the output is what an unbroken run gives."""
     chunks_a = [sorted(a)[i : i + size] for i in range(0, len(a), size)]
     chunks_b = [sorted(b)[i : i + size] for i in range(0, len(b), size)]
-    whole = _merged(Pipeline(_feeds(chunks_a, chunks_b), [SortedMerge(("a", "b"))]))
+    budget = data.draw(st.integers(0, 3)) * 8 * size  # advance every 0-3 batches of `size` int64s
+    whole = _merged(Pipeline(_feeds(chunks_a, chunks_b), [SortedMerge(("a", "b"))], advance_bytes=budget))
 
     class Positioned:
         def __init__(self, chunks: list[list[int]], start: int = 0) -> None:
@@ -159,7 +196,7 @@ def test_snapshot_and_restore_continue_exactly(
 
     reads = {"a": Positioned(chunks_a), "b": Positioned(chunks_b)}
     feeds = [Feed(n, iter(r), "t", position=lambda r=r: r.index) for n, r in reads.items()]
-    pipeline = Pipeline(feeds, [SortedMerge(("a", "b"))])
+    pipeline = Pipeline(feeds, [SortedMerge(("a", "b"))], advance_bytes=budget)
     stops = data.draw(st.integers(0, len(chunks_a) + len(chunks_b)))
     before = []
     for _ in range(stops):
@@ -170,6 +207,7 @@ def test_snapshot_and_restore_continue_exactly(
     again = Pipeline(
         [Feed(n, iter(r), "t", position=lambda r=r: r.index) for n, r in resumed.items()],
         [SortedMerge(("a", "b"))],
+        advance_bytes=budget,
     )
     again.restore(blob)
     assert again.snapshot() == blob

@@ -116,7 +116,7 @@ from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_t
 from profstream.engine.layouts.msprof import write_readme
 from profstream.engine.operators.steps import FRAMEWORK_STEPS
 from profstream.engine.plan import TABLE_NAMES, Planner
-from profstream.engine.runtime import Pipeline
+from profstream.engine.runtime import ADVANCE_BYTES, Pipeline
 from profstream.engine.schema import TABLES
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import DecodeError, InputPathError, ProfstreamError
@@ -178,6 +178,7 @@ class CollectorConfig:
     once: bool = False
     on_invalid: OnInvalid = "skip"
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    advance_bytes: int = ADVANCE_BYTES
     window_steps: int | None = None
     layout: WindowLayout = "auto"
     timeline_limit_mb: int = 500
@@ -371,6 +372,7 @@ class CollectionRunner:
             planned,
             on_invalid=self.config.on_invalid,
             chunk_bytes=self.config.chunk_bytes,
+            advance_bytes=self.config.advance_bytes,
             positions=positions,
             follow=self.follow,
         )
@@ -452,9 +454,8 @@ class CollectionRunner:
             self.steps_since_commit += 1
             if faults.kill_after_steps is not None and self.steps >= faults.kill_after_steps:
                 _die()
-            if pipeline.stalled:
-                return False
-            self.dirty = True
+            # a stalled step pulled nothing but may still emit: it advances what was read before
+            self.dirty = self.dirty or bool(emits) or not pipeline.stalled
             for name, batch in emits:
                 if name in pipeline.feeds:
                     self.metrics.count(name.partition("@")[0], batch.num_rows)
@@ -462,6 +463,8 @@ class CollectionRunner:
                     self.buffer.append((name, batch))
                     # the buffers a batch keeps alive (a slice holds its whole parent), not its own bytes
                     self.buffered_bytes += batch.get_total_buffer_size()
+            if pipeline.stalled:
+                return False
         return not pipeline.finished
 
     def due(self) -> bool:

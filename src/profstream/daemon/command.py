@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         once=args.once,
         on_invalid=settings.decode.on_invalid,
         chunk_bytes=settings.decode.chunk_mb << 20,
+        advance_bytes=settings.decode.advance_mb << 20,
         window_steps=int(steps) if steps else None,
         layout=args.window_layout,
         timeline_limit_mb=args.timeline_limit or export.timeline_limit_mb,

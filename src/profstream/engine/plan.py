@@ -46,7 +46,7 @@ from profstream.engine.operators.operator_details import OperatorDetails
 from profstream.engine.operators.overlap import Overlap, StepSource
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.steps import FrameworkSteps, Steps
-from profstream.engine.runtime import Feed, Operator, Pipeline, at
+from profstream.engine.runtime import ADVANCE_BYTES, Feed, Operator, Pipeline, at
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import InputPathError
 
@@ -108,11 +108,13 @@ class Planner:
         devices: Sequence[int] | None = None,
         on_invalid: OnInvalid = "error",
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        advance_bytes: int = ADVANCE_BYTES,
         positions: dict[str, Any] | None = None,
         follow: Follow | None = None,
         read_framework: bool = True,
     ) -> None:
         self.collection = collection
+        self.advance_bytes = advance_bytes
         self.read_framework = read_framework
         self.feedset = FeedSet(
             collection, on_invalid=on_invalid, chunk_bytes=chunk_bytes, positions=positions, follow=follow
@@ -282,4 +284,4 @@ class Planner:
         kept = [op for op in operators if id(op) in needed]
         # leaders first, then by name: a set iterates in hash order, which differs from run to run
         ordered = sorted(feeds, key=lambda n: (self._feeds[n].follows is not None, n))
-        return Pipeline([self._open_feed(n) for n in ordered], kept), wanted
+        return Pipeline([self._open_feed(n) for n in ordered], kept, advance_bytes=self.advance_bytes), wanted

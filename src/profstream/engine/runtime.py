@@ -8,12 +8,17 @@ intermediate streams). The consumer iterates :meth:`Pipeline.run`, which does th
 1. pull one batch from the live feed whose watermark is lowest, so no feed races ahead of the
    others and buffers stay bounded by the skew between families, not by the input size;
 2. push it to every operator that consumes that feed;
-3. advance every operator (in topological order) to the minimum watermark of its inputs; an
-   operator emits everything that can no longer change once no input will deliver anything older;
-   its outputs carry that watermark on to its consumers. An operator that got no batch since its
-   last advance and whose input watermark has not moved is skipped: it would emit nothing and
-   promise the same (advancing is a function of its state and the watermark), and most steps move
-   only a few of them;
+3. once ``advance_bytes`` of feed batches were pulled since the last advance (or a feed ended, or
+   every live feed is waiting), advance every operator (in topological order) to the minimum
+   watermark of its inputs; an operator emits everything that can no longer change once no input
+   will deliver anything older; its outputs carry that watermark on to its consumers. An operator
+   that got no batch since its last advance and whose input watermark has not moved is skipped: it
+   would emit nothing and promise the same (advancing is a function of its state and the
+   watermark). Advancing after every read chunk would pay each operator's fixed cost per advance
+   (its passes over held state) once per chunk: on a 1 GB export, a 4 MiB budget instead of none
+   took a third less time for about 12 MiB more peak RSS (bench/README.md, "Export", session 10).
+   Which rows come out does not depend on it; batch boundaries, and the order of rows that leave
+   an operator as they settle rather than in time order, do;
 4. yield the output batches of the wanted streams.
 
 When every feed is exhausted the operators are finished in topological order.
@@ -56,6 +61,8 @@ from profstream.errors import ProfstreamError
 DONE = np.iinfo(np.int64).max
 #: the watermark before anything was seen
 START = np.iinfo(np.int64).min
+#: decoded feed bytes pulled between two advances of the operators (module docstring, step 3)
+ADVANCE_BYTES = 4 << 20
 
 Emit = tuple[str, pa.RecordBatch]
 #: what a live feed's batches yield when nothing new has been written yet (compared by identity)
@@ -155,7 +162,14 @@ class PipelineError(ProfstreamError):
 class Pipeline:
     """A DAG of feeds and operators; see the module docstring."""
 
-    def __init__(self, feeds: Sequence[Feed], operators: Sequence[Operator]) -> None:
+    def __init__(
+        self, feeds: Sequence[Feed], operators: Sequence[Operator], *, advance_bytes: int = ADVANCE_BYTES
+    ) -> None:
+        if advance_bytes < 0:
+            msg = f"advance_bytes: expected a byte count >= 0, got {advance_bytes}"
+            raise PipelineError(msg)
+        self.advance_bytes = advance_bytes
+        self._pulled_bytes = 0  # feed batch bytes pulled since the last advance
         self.feeds = {f.name: f for f in feeds}
         if len(self.feeds) != len(feeds):
             msg = "two feeds with one name"
@@ -209,6 +223,7 @@ class Pipeline:
             feed, batch = self._pull(live)
             if feed is None:
                 self._stalled = True
+                self._advance(out)  # what was read before the wait goes out now
                 return out
             self._stalled = False
             if batch is not None and not feed.time_column:
@@ -218,16 +233,9 @@ class Pipeline:
             if batch is not None:
                 out.append((feed.name, batch))
                 self._push(feed.name, batch)
-            for op in self.operators:
-                mark = min((self._marks[name] for name in op.inputs), default=DONE)
-                if self._advanced.get(id(op)) == mark and id(op) not in self._fed:
-                    continue
-                self._advanced[id(op)] = mark
-                self._fed.discard(id(op))
-                self._route(op.advance(mark), out)
-                promised = op.output_watermark(mark)
-                for name in op.outputs:
-                    self._marks[name] = promised
+                self._pulled_bytes += batch.nbytes
+            if self._pulled_bytes >= self.advance_bytes or feed.watermark == DONE:
+                self._advance(out)
             return out
         for op in self.operators:
             self._route(op.finish(), out)
@@ -236,6 +244,20 @@ class Pipeline:
         self._finished = True
         trim_heap(force=True)  # the operators' state is gone
         return out
+
+    def _advance(self, out: list[Emit]) -> None:
+        """Advance every operator whose input moved to the minimum watermark of its inputs."""
+        self._pulled_bytes = 0
+        for op in self.operators:
+            mark = min((self._marks[name] for name in op.inputs), default=DONE)
+            if self._advanced.get(id(op)) == mark and id(op) not in self._fed:
+                continue
+            self._advanced[id(op)] = mark
+            self._fed.discard(id(op))
+            self._route(op.advance(mark), out)
+            promised = op.output_watermark(mark)
+            for name in op.outputs:
+                self._marks[name] = promised
 
     def _pull(self, live: list[Feed]) -> tuple[Feed | None, pa.RecordBatch | None]:
         """Pull the lowest feed that has a batch or ends; (None, None) when every one is waiting."""
@@ -268,6 +290,7 @@ class Pipeline:
                 "feeds": {name: [f.position(), f.watermark] for name, f in self.feeds.items()},
                 "marks": self._marks,
                 "operators": [op.snapshot() for op in self.operators],
+                "pulled_bytes": self._pulled_bytes,
             }
         )
 
@@ -280,6 +303,7 @@ class Pipeline:
         for op, state in zip(self.operators, doc["operators"], strict=True):
             op.restore(state)
         self._marks.update(doc["marks"])
+        self._pulled_bytes = int(doc.get("pulled_bytes", 0))  # older checkpoints lack it
         self._advanced.clear()
         for name, (_, mark) in doc["feeds"].items():
             self.feeds[name].watermark = mark
