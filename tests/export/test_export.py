@@ -123,6 +123,25 @@ def test_step_trace_time_equals_the_per_step_truth(torch_run: Run) -> None:
             assert Decimal(row[header]) == micros(step[column]), header
 
 
+def test_operator_memory_lists_pytorch_rows_then_cann_prefixed_ge_rows(torch_run: Run) -> None:
+    """torch_npu appends CANN's operator memory after its own rows, names prefixed ``cann::``; each part
+    is sorted by allocation time (§4b)."""
+    torch_run.export("torch_npu", "summary")
+    written = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv")
+    memory = profstream.open(torch_run.raw).table("memory").read_all().to_pylist()
+    ge = sorted(f"cann::{r['name']}" for r in memory if r["source"] == "GE")
+    pta = sorted(r["name"] for r in memory if r["source"] == "PTA")
+    assert ge and pta
+    is_ge = [r["Name"].startswith("cann::") for r in written]
+    assert is_ge == [False] * len(pta) + [True] * len(ge)
+    assert sorted(r["Name"] for r in written[: len(pta)]) == pta
+    assert sorted(r["Name"] for r in written[len(pta) :]) == ge
+    for part in (written[: len(pta)], written[len(pta) :]):  # each by allocation time, as torch_npu sorts
+        times = [Decimal(r["Allocation Time(us)"].rstrip("\t")) for r in part if r["Allocation Time(us)"]]
+        assert times == sorted(times)
+        assert all(r["Allocation Time(us)"] for r in part[: len(times)])  # rows without one come last
+
+
 def test_kernel_details_step_ids_follow_the_framework_steps(torch_run: Run) -> None:
     torch_run.export("torch_npu", "summary")
     everything = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -92,6 +93,9 @@ def stamp(header: str, source: Source, null: str = "N/A") -> Cell:
 
 
 Format = Literal["csv", "json"]
+
+
+_LOWEST, _HIGHEST = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
 
 
 def split_by(batch: pa.RecordBatch, keys: pa.Array) -> Iterator[tuple[Any, pa.RecordBatch]]:
@@ -183,7 +187,11 @@ class SummaryOutput(Output):
     that need state across rows in output order (op_summary's wait time); both see canonical batches.
     ``spool`` keeps every row until close even for one device, for a ``frame`` that needs another
     table's rows first (kernel_details' Step Id needs the step ranges); ``key`` orders the spooled
-    rows (ascending; default the device id).
+    rows (ascending; default the device id). ``order`` (an int64 column, with ``key``) sorts each
+    key's rows by it, for rows that arrive nearly in that order: a row below the largest value
+    already spooled for its key waits in a side spool, and at close those late rows (sorted in
+    memory; operator_memory's are allocations that closed late, a few hundred per GB) are merged
+    into the in-order ones as they are read back.
     """
 
     def __init__(
@@ -199,9 +207,13 @@ class SummaryOutput(Output):
         by_device: bool = True,
         spool: bool = False,
         key: Callable[[pa.RecordBatch], pa.Array] | None = None,
+        order: str | None = None,
         line_end: str = "\n",
         quote_chars: str | None = MINIMAL_QUOTING,
     ) -> None:
+        if order is not None and key is None:
+            msg = "order needs a key: rows are sorted within each key's spool"
+            raise ValueError(msg)
         self.context = context
         self.tables = (table,)
         self.name = name
@@ -218,6 +230,9 @@ class SummaryOutput(Output):
         if spool or key is not None or (by_device and len(context.devices) > 1):
             self._spool_dir = spool_directory(context)
             self._spool = Spool(self._spool_dir)
+        self._order = order
+        self._late = None if order is None else self._side_spool("late")
+        self._highest: dict[int, int] = {}  # per key, the largest ``order`` value spooled in order
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         if self._rows is not None:
@@ -228,7 +243,22 @@ class SummaryOutput(Output):
             self._emit(batch)
             return
         for key, rows in split_by(batch, self._key(batch)):
-            self._spool.write(key, rows)
+            if self._order is None or self._late is None:
+                self._spool.write(key, rows)
+            else:
+                self._spool_in_order(self._spool, self._late, self._order, key, rows.sort_by(self._order))
+
+    def _spool_in_order(
+        self, spool: Spool, late_spool: Spool, order: str, key: int, rows: pa.RecordBatch
+    ) -> None:
+        """Spool ``rows`` (sorted by ``order``), those below what ``key`` already holds as late rows."""
+        late = pc.less(rows.column(order), self._highest.get(key, _LOWEST)).fill_null(True)  # null: last
+        if pc.any(late).as_py():
+            late_spool.write(key, rows.filter(late))
+            rows = rows.filter(pc.invert(late))
+        if rows.num_rows:
+            self._highest[key] = pc.max(rows.column(order)).as_py()
+            spool.write(key, rows)
 
     def _emit(self, batch: pa.RecordBatch) -> None:
         if self._frame is not None:
@@ -284,9 +314,23 @@ class SummaryOutput(Output):
         return Spool(self._spool_dir, name)
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
-        """The spooled rows, key by key (none without a spool)."""
-        if self._spool is not None:
-            yield from self._spool.replay()
+        """The spooled rows, key by key (none without a spool), late rows merged in by ``order``."""
+        if self._spool is None:
+            return
+        late_keys = set() if self._late is None else set(self._late.pending())
+        for key in sorted(set(self._spool.pending()) | late_keys):
+            if key not in late_keys or self._late is None or self._order is None:
+                yield from self._spool.read(key)
+                continue
+            late = pa.Table.from_batches(list(self._late.read(key))).sort_by(self._order)
+            due = late.column(self._order).fill_null(_HIGHEST).to_numpy()
+            taken = 0
+            for batch in self._spool.read(key) if key in self._spool.pending() else ():
+                upto = int(np.searchsorted(due, pc.max(batch.column(self._order)).as_py(), "right"))
+                merged = pa.concat_tables([pa.table(batch), late.slice(taken, upto - taken)])
+                taken = upto
+                yield from merged.sort_by(self._order).combine_chunks().to_batches()
+            yield from late.slice(taken).to_batches()
 
     def abort(self) -> None:
         if self._sink is not None:

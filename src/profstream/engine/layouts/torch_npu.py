@@ -13,7 +13,11 @@ memory files print absent values as empty cells, sizes as floats (KB, MB = bytes
 durations like timestamps (three decimals and a TAB). ``Block Dim``/``Mix Block Dim`` are the
 headers of that CANN generation (msprof's current C++ says ``Block Num``). At ``Level0``
 kernel_details has the short header (§3.2). memory_record lists APP rows first, then the others,
-each in time order.
+each in time order. operator_memory lists the PyTorch allocator's rows first, then GE's with
+``cann::`` before their names (§4b point 7, and the real file of rank 0 in shared/realdata), each
+part sorted by allocation time as torch_npu sorts its groups (§4b point 4; it copies the GE rows in
+the order of CANN's file, which the specs do not give: allocation time here too, rows without one
+last).
 """
 
 from __future__ import annotations
@@ -137,6 +141,19 @@ class KernelDetails(TaskRows):
         return super().close()
 
 
+def _operator_memory_key(batch: pa.RecordBatch) -> pa.Array:
+    """The PyTorch (PTA) rows first, then the GE ones, per device (module docstring)."""
+    later = pc.cast(pc.not_equal(text(batch.column("source")), "PTA"), pa.int64())
+    return pc.add(pc.multiply(pc.cast(batch.column("device_id"), pa.int64()), 2), later)
+
+
+def _operator_memory_name(batch: pa.RecordBatch) -> pa.Array:
+    """torch_npu's name: the op's, and ``cann::`` before a GE row's (framework_outputs.md §4b point 7)."""
+    names = text(batch.column("name"))
+    ge = pc.equal(text(batch.column("source")), "GE")
+    return pc.if_else(ge, pc.binary_join_element_wise("cann::", names, ""), names)
+
+
 def _memory_record_key(batch: pa.RecordBatch) -> pa.Array:
     """APP rows first, then the others, per device (module docstring)."""
     later = pc.cast(pc.not_equal(text(batch.column("component")), "APP"), pa.int64())
@@ -228,7 +245,7 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
             "memory",
             "operator_memory.csv",
             [
-                Cell("Name", "name", null=""),
+                Cell("Name", _operator_memory_name, null=""),
                 Cell(
                     "Size(KB)",
                     lambda b: pc.divide(pc.cast(b.column("size_bytes"), pa.float64()), 1024.0),
@@ -247,6 +264,8 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 Cell("Stream Ptr", "stream_ptr", null=""),
                 Cell("Device Type", "device_type", null=""),
             ],
+            key=_operator_memory_key,
+            order="alloc_ns",
             line_end=CRLF,
         ),
         SummaryOutput(

@@ -1,0 +1,94 @@
+"""Layout outputs: SummaryOutput's spooled, keyed and ordered replay."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profstream.engine.layouts._outputs import Cell, Context, SummaryOutput
+
+SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
+
+
+def _context(out: Path) -> Context:
+    return Context(
+        out_dir=out,
+        timestamp="20260101000000",
+        wall_offset_ns=0,
+        devices=(0,),
+        metric_columns=(),
+        stars=True,
+        process_id=1,
+    )
+
+
+def _ordered_output(out: Path) -> SummaryOutput:
+    return SummaryOutput(
+        _context(out),
+        "memory",
+        "ordered.csv",
+        [Cell("Part", "part"), Cell("At", "at", null=""), Cell("Seq", "seq")],
+        key=lambda b: b.column("part"),
+        order="at",
+    )
+
+
+def _written(out: Path) -> list[tuple[int, int | None, int]]:
+    with (out / "ordered.csv").open(newline="") as f:
+        return [(int(r["Part"]), int(r["At"]) if r["At"] else None, int(r["Seq"])) for r in csv.DictReader(f)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 1), st.one_of(st.none(), st.integers(0, 50))), min_size=1, max_size=80),
+    st.integers(1, 9),
+)
+def test_ordered_replay_sorts_each_key_by_the_order_column(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[int, int | None]], size: int
+) -> None:
+    """Whatever the arrival order and batching: key by key, rows by ``order``, absent values last."""
+    out = tmp_path_factory.mktemp("ordered")
+    output = _ordered_output(out)
+    table = pa.table(
+        {
+            "device_id": pa.array([0] * len(rows), pa.int32()),
+            "part": pa.array([p for p, _ in rows], pa.int64()),
+            "at": pa.array([a for _, a in rows], pa.int64()),
+            "seq": pa.array(range(len(rows)), pa.int64()),
+        },
+        schema=SCHEMA,
+    )
+    for batch in table.to_batches(max_chunksize=size):
+        output.write("memory", batch)
+    output.close()
+    written = _written(out)
+    assert sorted(s for _, _, s in written) == list(range(len(rows)))  # every row once
+    for part, at, seq in written:
+        assert rows[seq] == (part, at)
+    keys = [(part, at is None, at or 0) for part, at, _ in written]
+    assert keys == sorted(keys)
+    assert not list(out.glob(".spool-*"))
+
+
+def test_rows_in_order_never_wait_in_the_late_spool(tmp_path: Path) -> None:
+    """Batches that arrive in order pass straight to the main spool: nothing is held as late."""
+    output = _ordered_output(tmp_path)
+    for start in range(0, 30, 10):
+        at = pa.array(range(start, start + 10), pa.int64())
+        batch = pa.record_batch([pa.array([0] * 10, pa.int32()), pc.multiply(at, 0), at, at], schema=SCHEMA)
+        output.write("memory", batch)
+    assert output._late is not None
+    assert output._late.pending() == []
+    output.close()
+    assert [at for _, at, _ in _written(tmp_path)] == list(range(30))
+
+
+def test_order_needs_a_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="order needs a key"):
+        SummaryOutput(_context(tmp_path), "memory", "x.csv", [Cell("At", "at")], order="at")
