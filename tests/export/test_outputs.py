@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profstream.engine.layouts._outputs import Cell, Context, SummaryOutput
+from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
 
@@ -83,8 +83,8 @@ def test_rows_in_order_never_wait_in_the_late_spool(tmp_path: Path) -> None:
         at = pa.array(range(start, start + 10), pa.int64())
         batch = pa.record_batch([pa.array([0] * 10, pa.int32()), pc.multiply(at, 0), at, at], schema=SCHEMA)
         output.write("memory", batch)
-    assert output._late is not None
-    assert output._late.pending() == []
+    assert isinstance(output._spool, SortedSpool)
+    assert output._spool.late.pending() == []
     output.close()
     assert [at for _, at, _ in _written(tmp_path)] == list(range(30))
 

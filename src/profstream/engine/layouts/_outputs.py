@@ -95,9 +95,6 @@ def stamp(header: str, source: Source, null: str = "N/A") -> Cell:
 Format = Literal["csv", "json"]
 
 
-_LOWEST, _HIGHEST = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
-
-
 def split_by(batch: pa.RecordBatch, keys: pa.Array) -> Iterator[tuple[Any, pa.RecordBatch]]:
     """The rows of each key value in ``batch`` (usually a batch holds one, returned as is)."""
     low, high = pc.min_max(keys).values()
@@ -165,6 +162,52 @@ class Spool:
             yield from self.read(key)
 
 
+class SortedSpool:
+    """A :class:`Spool` whose keys replay sorted by the int64 column ``order``, for rows that arrive
+    nearly in that order.
+
+    A row below the largest value already spooled for its key goes to a side spool ("late"); at
+    replay a key's late rows are sorted in memory (operator_memory's are allocations that closed
+    late, a few hundred per GB) and merged into the in-order rows as those are read back. Rows
+    without a value come last.
+    """
+
+    _LOWEST, _HIGHEST = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+
+    def __init__(self, directory: Path, order: str) -> None:
+        self.order = order
+        self.in_order = Spool(directory)
+        self.late = Spool(directory, "late")
+        self._highest: dict[int, int] = {}  # per key, the largest value spooled in order
+
+    def write(self, key: int, batch: pa.RecordBatch) -> None:
+        rows = batch.sort_by(self.order)
+        late = pc.less(rows.column(self.order), self._highest.get(key, self._LOWEST)).fill_null(True)
+        if pc.any(late).as_py():
+            self.late.write(key, rows.filter(late))
+            rows = rows.filter(pc.invert(late))
+        if rows.num_rows:
+            self._highest[key] = pc.max(rows.column(self.order)).as_py()
+            self.in_order.write(key, rows)
+
+    def replay(self) -> Iterator[pa.RecordBatch]:
+        """Every key's rows sorted by ``order``, key by key."""
+        late_keys = set(self.late.pending())
+        for key in sorted(set(self.in_order.pending()) | late_keys):
+            if key not in late_keys:
+                yield from self.in_order.read(key)
+                continue
+            late = pa.Table.from_batches(list(self.late.read(key))).sort_by(self.order)
+            due = late.column(self.order).fill_null(self._HIGHEST).to_numpy()
+            taken = 0
+            for batch in self.in_order.read(key) if key in self.in_order.pending() else ():
+                upto = int(np.searchsorted(due, pc.max(batch.column(self.order)).as_py(), "right"))
+                merged = pa.concat_tables([pa.table(batch), late.slice(taken, upto - taken)])
+                taken = upto
+                yield from merged.sort_by(self.order).combine_chunks().to_batches()
+            yield from late.slice(taken).to_batches()
+
+
 def spool_directory(context: Context) -> Path:
     """A new hidden directory for spools in the output directory (``export --clear`` removes one a
     killed run left behind)."""
@@ -188,10 +231,7 @@ class SummaryOutput(Output):
     ``spool`` keeps every row until close even for one device, for a ``frame`` that needs another
     table's rows first (kernel_details' Step Id needs the step ranges); ``key`` orders the spooled
     rows (ascending; default the device id). ``order`` (an int64 column, with ``key``) sorts each
-    key's rows by it, for rows that arrive nearly in that order: a row below the largest value
-    already spooled for its key waits in a side spool, and at close those late rows (sorted in
-    memory; operator_memory's are allocations that closed late, a few hundred per GB) are merged
-    into the in-order ones as they are read back.
+    key's rows by it (a :class:`SortedSpool`).
     """
 
     def __init__(
@@ -226,13 +266,10 @@ class SummaryOutput(Output):
         self._key = key or (lambda b: b.column("device_id"))
         self._sink: TableSink | None = None
         self._spool_dir: Path | None = None
-        self._spool: Spool | None = None
+        self._spool: Spool | SortedSpool | None = None
         if spool or key is not None or (by_device and len(context.devices) > 1):
             self._spool_dir = spool_directory(context)
-            self._spool = Spool(self._spool_dir)
-        self._order = order
-        self._late = None if order is None else self._side_spool("late")
-        self._highest: dict[int, int] = {}  # per key, the largest ``order`` value spooled in order
+            self._spool = Spool(self._spool_dir) if order is None else SortedSpool(self._spool_dir, order)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         if self._rows is not None:
@@ -243,22 +280,7 @@ class SummaryOutput(Output):
             self._emit(batch)
             return
         for key, rows in split_by(batch, self._key(batch)):
-            if self._order is None or self._late is None:
-                self._spool.write(key, rows)
-            else:
-                self._spool_in_order(self._spool, self._late, self._order, key, rows.sort_by(self._order))
-
-    def _spool_in_order(
-        self, spool: Spool, late_spool: Spool, order: str, key: int, rows: pa.RecordBatch
-    ) -> None:
-        """Spool ``rows`` (sorted by ``order``), those below what ``key`` already holds as late rows."""
-        late = pc.less(rows.column(order), self._highest.get(key, _LOWEST)).fill_null(True)  # null: last
-        if pc.any(late).as_py():
-            late_spool.write(key, rows.filter(late))
-            rows = rows.filter(pc.invert(late))
-        if rows.num_rows:
-            self._highest[key] = pc.max(rows.column(order)).as_py()
-            spool.write(key, rows)
+            self._spool.write(key, rows)
 
     def _emit(self, batch: pa.RecordBatch) -> None:
         if self._frame is not None:
@@ -314,23 +336,9 @@ class SummaryOutput(Output):
         return Spool(self._spool_dir, name)
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
-        """The spooled rows, key by key (none without a spool), late rows merged in by ``order``."""
-        if self._spool is None:
-            return
-        late_keys = set() if self._late is None else set(self._late.pending())
-        for key in sorted(set(self._spool.pending()) | late_keys):
-            if key not in late_keys or self._late is None or self._order is None:
-                yield from self._spool.read(key)
-                continue
-            late = pa.Table.from_batches(list(self._late.read(key))).sort_by(self._order)
-            due = late.column(self._order).fill_null(_HIGHEST).to_numpy()
-            taken = 0
-            for batch in self._spool.read(key) if key in self._spool.pending() else ():
-                upto = int(np.searchsorted(due, pc.max(batch.column(self._order)).as_py(), "right"))
-                merged = pa.concat_tables([pa.table(batch), late.slice(taken, upto - taken)])
-                taken = upto
-                yield from merged.sort_by(self._order).combine_chunks().to_batches()
-            yield from late.slice(taken).to_batches()
+        """The spooled rows, key by key (none without a spool)."""
+        if self._spool is not None:
+            yield from self._spool.replay()
 
     def abort(self) -> None:
         if self._sink is not None:
