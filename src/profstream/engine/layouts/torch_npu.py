@@ -23,6 +23,7 @@ last).
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -141,12 +142,6 @@ class KernelDetails(TaskRows):
         return super().close()
 
 
-def _operator_memory_key(batch: pa.RecordBatch) -> pa.Array:
-    """The PyTorch (PTA) rows first, then the GE ones, per device (module docstring)."""
-    later = pc.cast(pc.not_equal(text(batch.column("source")), "PTA"), pa.int64())
-    return pc.add(pc.multiply(pc.cast(batch.column("device_id"), pa.int64()), 2), later)
-
-
 def _operator_memory_name(batch: pa.RecordBatch) -> pa.Array:
     """torch_npu's name: the op's, and ``cann::`` before a GE row's (framework_outputs.md §4b point 7)."""
     names = text(batch.column("name"))
@@ -154,10 +149,15 @@ def _operator_memory_name(batch: pa.RecordBatch) -> pa.Array:
     return pc.if_else(ge, pc.binary_join_element_wise("cann::", names, ""), names)
 
 
-def _memory_record_key(batch: pa.RecordBatch) -> pa.Array:
-    """APP rows first, then the others, per device (module docstring)."""
-    later = pc.cast(pc.not_equal(text(batch.column("component")), "APP"), pa.int64())
-    return pc.add(pc.multiply(pc.cast(batch.column("device_id"), pa.int64()), 2), later)
+def _first_then_others(column: str, first: str) -> Callable[[pa.RecordBatch], pa.Array]:
+    """A spool key putting, per device, the rows whose ``column`` is ``first`` before the others
+    (memory_record's APP rows, operator_memory's PyTorch rows; module docstring)."""
+
+    def key(batch: pa.RecordBatch) -> pa.Array:
+        later = pc.cast(pc.not_equal(text(batch.column(column)), first), pa.int64())
+        return pc.add(pc.multiply(pc.cast(batch.column("device_id"), pa.int64()), 2), later)
+
+    return key
 
 
 class Communication(Output):
@@ -264,7 +264,7 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 Cell("Stream Ptr", "stream_ptr", null=""),
                 Cell("Device Type", "device_type", null=""),
             ],
-            key=_operator_memory_key,
+            key=_first_then_others("source", "PTA"),
             order="alloc_ns",
             line_end=CRLF,
         ),
@@ -279,7 +279,7 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 Cell("Stream Ptr", "stream_ptr", null=""),
                 Cell("Device Type", "device_type", null=""),
             ],
-            key=_memory_record_key,
+            key=_first_then_others("component", "APP"),
             line_end=CRLF,
         ),
         SummaryOutput(
