@@ -54,6 +54,7 @@ def test_unrelated_environment_is_ignored() -> None:
         ({"export": {"timeline_limit_mb": 0}}, "export.timeline_limit_mb", ">= 1"),
         ({"export": {"layout": "perfetto"}}, "export.layout", "perfetto"),
         ({"decode": {"on_invalid": "ignore"}}, "decode.on_invalid", "ignore"),
+        ({"decode": {"advance_mb": -1}}, "decode.advance_mb", ">= 0"),
         ({"daemon": {"storage_limit_mb": 100}}, "daemon.storage_limit_mb", ">= 200"),
         ({"daemon": {"status_port": 70000}}, "daemon.status_port", "<= 65535"),
         ({"logging": {"verbosity": "loud"}}, "logging.verbosity", "int"),
