@@ -43,6 +43,7 @@ from profstream.engine.layouts import (
     outputs,
 )
 from profstream.engine.layouts.msprof import write_readme
+from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.plan import Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Operator
@@ -278,10 +279,10 @@ def layout_context(
     )
 
 
-def is_level0(collection: discovery.Profile) -> bool:
-    """torch_npu ran at Level0 (its layout then prunes the CANN layer)."""
+def framework_config(collection: discovery.Profile) -> ExperimentalConfig | None:
+    """What torch_npu says it collected (level, AI Core metrics), which its layout's files follow."""
     info = collection.profiler_info
-    return info is not None and info.config.experimental_config.profiler_level == "Level0"
+    return None if info is None else info.config.experimental_config
 
 
 def _export_one(
@@ -304,7 +305,7 @@ def _export_one(
     limits = Limits.in_megabytes(
         settings.timeline_file_mb, settings.timeline_file_events, settings.timeline_limit_mb
     )
-    built = outputs(context, layout, kind, fmt=fmt, level0=is_level0(collection), limits=limits)
+    built = outputs(context, layout, kind, fmt=fmt, framework=framework_config(collection), limits=limits)
     tables = {table for output in built for table in output.tables}
     statistics: dict[str, list[Operator]] = {}
     if window is not None:

@@ -124,8 +124,9 @@ def test_step_trace_time_equals_the_per_step_truth(torch_run: Run) -> None:
 
 
 def test_operator_memory_lists_pytorch_rows_then_cann_prefixed_ge_rows(torch_run: Run) -> None:
-    """torch_npu appends CANN's operator memory after its own rows, names prefixed ``cann::``; each part
-    is sorted by allocation time (§4b)."""
+    """torch_npu appends CANN's operator memory after its own rows, names prefixed ``cann::``; its own
+    rows are sorted by allocation time (§4b), CANN's come in release-time order with CANN's Duration cell
+    (the real files in shared/realdata)."""
     torch_run.export("torch_npu", "summary")
     written = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "operator_memory.csv")
     memory = profstream.open(torch_run.raw).table("memory").read_all().to_pylist()
@@ -136,10 +137,15 @@ def test_operator_memory_lists_pytorch_rows_then_cann_prefixed_ge_rows(torch_run
     assert is_ge == [False] * len(pta) + [True] * len(ge)
     assert sorted(r["Name"] for r in written[: len(pta)]) == pta
     assert sorted(r["Name"] for r in written[len(pta) :]) == ge
-    for part in (written[: len(pta)], written[len(pta) :]):  # each by allocation time, as torch_npu sorts
-        times = [Decimal(r["Allocation Time(us)"].rstrip("\t")) for r in part if r["Allocation Time(us)"]]
+    for part, when in ((written[: len(pta)], "Allocation"), (written[len(pta) :], "Release")):
+        times = [Decimal(r[f"{when} Time(us)"].rstrip("\t")) for r in part if r[f"{when} Time(us)"]]
         assert times == sorted(times)
-        assert all(r["Allocation Time(us)"] for r in part[: len(times)])  # rows without one come last
+        assert all(r[f"{when} Time(us)"] for r in part[: len(times)])  # rows without one come last
+    durations = {r["Duration(us)"][-1:] for r in written if r["Duration(us)"]}
+    pta_durations = {r["Duration(us)"][-1:] for r in written[: len(pta)] if r["Duration(us)"]}
+    assert pta_durations == {"\t"}  # torch_npu's own format: three decimals and a TAB
+    assert all(not r["Duration(us)"].endswith("\t") for r in written[len(pta) :])  # CANN's cell
+    assert durations
 
 
 def test_kernel_details_step_ids_follow_the_framework_steps(torch_run: Run) -> None:
@@ -464,3 +470,120 @@ def test_csv_slice_rows_slices_msprof_csvs_and_torch_npu_csvs_stay_whole(
         [two] = [Path(f.path) for f in usual.collections[0].files if Path(f.path).name == name]
         assert len(one.read_text().splitlines()) > 51  # more rows than a slice, all in the one file
         assert one.read_bytes() == two.read_bytes()
+
+
+# ---------------------------------------------------------------- cells as msprof and torch_npu print them
+
+
+def _device_info(run: Run, device: int) -> tuple[float, int]:
+    """(aic_frequency MHz, ai_core_num) of a simulated device, from its info.json."""
+    info = profstream.open(run.raw).collections[0].device(device).metadata.device_info  # type: ignore[union-attr]
+    return float(info.aic_mhz), int(info.ai_core_num)
+
+
+def _decimals(cell: str) -> int:
+    return len(cell.partition(".")[2])
+
+
+def test_op_summary_pmu_cells_are_computed_rounded_and_integral(graph_run: Run) -> None:
+    """aicore_time from the cycles and the GE block dim (Python path: 2 decimals), the other PMU floats
+    rounded to 3 decimals and cycle counts as integers (msprof_outputs.md §4c; msprof's
+    ``AiCoreOpReport._get_ai_core_float_cols``)."""
+    graph_run.export("msprof", "summary")
+    out = graph_run.out / "msprof" / "mindstudio_profiler_output"
+    written = [r for r in rows(one(out, "op_summary_*.csv")) if r["Task Type"] == "AI_CORE"]
+    assert written
+    for row in written:
+        freq_mhz, cores = _device_info(graph_run, int(row["Device_id"]))
+        cycles, block = row["total_cycles"], int(row["Block Num"])
+        assert cycles.isdigit(), cycles
+        expected = int(cycles) / freq_mhz / block * -(-block // cores)
+        assert float(row["aicore_time(us)"]) == pytest.approx(expected, abs=0.0051)
+        aicore = float(row["aicore_time(us)"])
+        for ratio in ("vec", "mac", "scalar", "mte1", "mte2", "mte3"):
+            time, share = float(row[f"{ratio}_time(us)"]), float(row[f"{ratio}_ratio"])
+            assert time == pytest.approx(aicore * share, abs=0.0005 * aicore + 0.001)
+        metrics = list(row)[list(row).index("aicore_time(us)") :]
+        assert all(_decimals(row[name]) <= 3 for name in metrics if row[name] != "N/A"), row
+
+
+def test_op_summary_quotes_shapes_and_starts_each_device_with_a_zero_wait(graph_run: Run) -> None:
+    """msprof stores shapes wrapped in quotes, so the CSV shows three on each side, and prints a device's
+    first Task Wait Time as the integer 0 (msprof_behaviour.md)."""
+    graph_run.export("msprof", "summary")
+    path = one(graph_run.out / "msprof" / "mindstudio_profiler_output", "op_summary_*.csv")
+    written = rows(path)
+    shapes = [r[name] for r in written for name in ("Input Shapes", "Output Shapes") if r[name] != "N/A"]
+    assert shapes and all(s.startswith('"') and s.endswith('"') and s.count('"') == 2 for s in shapes)
+    assert b'"""' in path.read_bytes()
+    seen: set[str] = set()
+    for row in written:
+        wait = row["Task Wait Time(us)"]
+        assert (wait == "0") if row["Device_id"] not in seen else ("." in wait), (row["Device_id"], wait)
+        seen.add(row["Device_id"])
+
+
+def test_no_communication_statistic_without_a_communication_op_type(graph_run: Run) -> None:
+    """msprof writes communication_statistic only when some communication op has a type; the simulator
+    gives its all-reduces no GE node info, so none has one."""
+    graph_run.export("msprof", "summary")
+    out = graph_run.out / "msprof" / "mindstudio_profiler_output"
+    assert profstream.open(graph_run.raw).table("comm").read_all().num_rows
+    assert not list(out.glob("communication_statistic_*"))
+
+
+def _with_experimental_config(raw: Path, **config: str) -> None:
+    [info] = raw.glob("*_ascend_pt/profiler_info*.json")
+    doc = json.loads(info.read_text())
+    doc.setdefault("config", {}).setdefault("experimental_config", {}).update(config)
+    info.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("level", "metrics", "statistics", "short"),
+    [
+        ("Level0", "ACL_AICORE_NONE", False, True),
+        ("Level1", "ACL_AICORE_NONE", True, True),
+        ("Level0", "ACL_AICORE_PIPE_UTILIZATION", False, False),
+        ("Level2", "ACL_AICORE_PIPE_UTILIZATION", True, False),
+    ],
+)
+def test_torch_npu_files_follow_the_level_and_the_ai_core_metrics(
+    tmp_path: Path, level: str, metrics: str, statistics: bool, short: bool
+) -> None:
+    """op_statistic, api_statistic and the communication files only at Level1/Level2
+    (``LEVEL_PARSER_CONFIG``; the real Level0 directory has none); kernel_details' short header when no
+    AI Core metrics were collected (``is_all_kernel_headers``)."""
+    raw = tmp_path / "raw"
+    simulate(SimulationConfig(chip="910B", steps=2, ops_per_step=8, framework="torch_npu", seed=5), raw)
+    _with_experimental_config(raw, _profiler_level=level, _aic_metrics=metrics)
+    export(raw, kind="summary", layout="torch_npu", output=tmp_path / "out")
+    out = tmp_path / "out" / "ASCEND_PROFILER_OUTPUT"
+    names = {p.name for p in out.iterdir()}
+    optional = {"op_statistic.csv", "api_statistic.csv", "communication.json", "communication_matrix.json"}
+    assert (optional <= names) if statistics else not (optional & names)
+    header = (out / "kernel_details.csv").read_text().split("\n", 1)[0].rstrip("\r").split(",")
+    assert ("aicore_time(us)" not in header) is short
+    assert {"Step Id", "Name", "Type", "Accelerator Core", "Duration(us)", "Block Dim"} <= set(header)
+
+
+def _lines_after_each_semicolon(text: str) -> bool:
+    return ";" not in text.replace(";\r\n", "")
+
+
+def test_torch_op_args_and_operator_details_as_torch_npu_prints_them(torch_run: Run) -> None:
+    """Every cpu_op has a Sequence number (-1 for none), and shapes, dtypes and call stacks break the
+    line after each ``;`` (torch_npu's ``TorchOpBean``), in trace_view.json and operator_details.csv."""
+    torch_run.export("torch_npu")
+    out = torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT"
+    events = json.loads((out / "trace_view.json").read_text())
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert ops and all("Sequence number" in e["args"] for e in ops)
+    assert -1 in {e["args"]["Sequence number"] for e in ops}
+    texts = [e["args"][k] for e in ops for k in ("Input Dims", "Input type", "Call stack") if k in e["args"]]
+    assert any(";" in t for t in texts) and all(_lines_after_each_semicolon(t) for t in texts)
+    details = rows(out / "operator_details.csv")
+    shapes = [r["Input Shapes"] for r in details if ";" in r["Input Shapes"]]
+    assert shapes and all(_lines_after_each_semicolon(s) for s in shapes)
+    starts = [e for e in events if e.get("ph") == "s" and e.get("cat") in ("async_npu", "async_task_queue")]
+    assert starts and all(e.get("bp") == "e" for e in starts)  # both flow ends bound, as torch_npu writes

@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput
+from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows
+from profstream.engine.schema import NO_ID
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
 
@@ -92,3 +94,29 @@ def test_rows_in_order_never_wait_in_the_late_spool(tmp_path: Path) -> None:
 def test_order_needs_a_key(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="order needs a key"):
         SummaryOutput(_context(tmp_path), "memory", "x.csv", [Cell("At", "at")], order="at")
+
+
+def test_op_summary_keeps_communication_kernels_on_the_vector_cores() -> None:
+    """msprof drops communication tasks from op_summary except an op whose name ends in AivKernel
+    (``AiCoreOpReport._filter_hccl_op``)."""
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "op_name": ["allreduceAivKernel", "allreduce", "MatMul", "x"],
+            "op_type": ["HcomAllReduce", "HcomAllReduce", "MatMul", "WriteBack"],
+            "task_type": ["HCCL", "HCCL", "AI_CORE", "WRITE_BACK"],
+            "context_id": [NO_ID] * 4,
+            "stream_id": [1, 1, 2, 2],
+            "task_id": [1, 2, 3, 4],
+            "batch_id": [0] * 4,
+            "start_ns": [0, 10, 20, 30],
+            "end_ns": [5, 15, 25, 35],
+        }
+    )
+    assert op_summary_rows(batch).column("op_name").to_pylist() == ["allreduceAivKernel", "MatMul"]
+
+
+def test_communication_statistic_needs_one_typed_op() -> None:
+    typed = pa.RecordBatch.from_pydict({"op_type": ["hcom_allReduce_", None], "count": [1, 2]})
+    untyped = pa.RecordBatch.from_pydict({"op_type": pa.array([None, None], pa.string()), "count": [1, 2]})
+    assert communication_statistic_rows(typed).num_rows == 2
+    assert communication_statistic_rows(untyped).num_rows == 0

@@ -114,13 +114,14 @@ from profstream.engine import discovery
 from profstream.engine.feeds import Follow
 from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_timeline, outputs
 from profstream.engine.layouts.msprof import write_readme
+from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.steps import FRAMEWORK_STEPS
 from profstream.engine.plan import TABLE_NAMES, Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Pipeline
 from profstream.engine.schema import TABLES
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import DecodeError, InputPathError, ProfstreamError
-from profstream.export import Router, is_level0, layout_context
+from profstream.export import Router, framework_config, layout_context
 from profstream.sinks import ParquetSink
 from profstream.sinks.csv import CSV_LIMIT
 
@@ -319,7 +320,7 @@ class CollectionRunner:
         self.policy: AgingPolicy | None = None
         self.layout: Layout = "parquet"  # of the window directories, once planned
         self.context: Context | None = None
-        self.level0 = False
+        self.framework: ExperimentalConfig | None = None
         self.committed_steps: list[pa.RecordBatch] | None = None  # read back once, then kept
         self.timelines: deque[tuple[int, list[tuple[Path, int]]]] | None = None  # see _age_timelines
         self.timeline_bytes = 0
@@ -400,7 +401,7 @@ class CollectionRunner:
         if layout != "parquet":
             out_dir = self.out / OUTPUT_DIRS[layout]
             self.context = layout_context(profile, out_dir, None, csv_slice_rows=self.config.csv_slice_rows)
-            self.level0 = is_level0(profile)
+            self.framework = framework_config(profile)
 
     def _start_over(self, profile: discovery.Profile) -> None:
         """New streams or grown dictionaries before anything was aged: re-plan from the start."""
@@ -566,7 +567,7 @@ class CollectionRunner:
         temp = parent / f".{ckpt.window_dir_name(window)}.tmp"
         shutil.rmtree(temp, ignore_errors=True)
         context = replace(self.context, out_dir=temp, timestamp=datetime.now().strftime("%Y%m%d%H%M%S"))
-        built = outputs(context, self.layout, "both", level0=self.level0, limits=self.config.limits())
+        built = outputs(context, self.layout, "both", framework=self.framework, limits=self.config.limits())
         router = Router(built, None)
         try:
             for batch in self._steps_known():

@@ -174,12 +174,17 @@ class Planner:
 
     # -- operators ----------------------------------------------------------------------------
 
-    def metric_columns(self, device_id: int) -> list[str]:
-        """The PMU metric columns of a device's ``tasks`` (its ``aic_metrics`` group)."""
+    def metric_layout(self, device_id: int) -> pmu.MetricLayout | None:
+        """The PMU layout of a device (its ``aic_metrics`` group); None without sample.json."""
         metadata = self.collection.device(device_id).metadata
         if metadata is None or metadata.sample is None:
-            return []
-        return list(pmu.layout_of(metadata).columns)
+            return None
+        return pmu.layout_of(metadata)
+
+    def metric_columns(self, device_id: int) -> list[str]:
+        """The PMU metric columns of a device's ``tasks``."""
+        layout = self.metric_layout(device_id)
+        return [] if layout is None else list(layout.columns)
 
     def _has(self, *names: str) -> bool:
         return all(n in self._feeds for n in names)
@@ -204,7 +209,7 @@ class Planner:
                     HostJoin(
                         d,
                         self.dictionaries,
-                        metric_columns=self.metric_columns(d),
+                        metrics=self.metric_layout(d),
                         streamed=streamed,
                     ),
                     OpStatistic(d),

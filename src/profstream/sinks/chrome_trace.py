@@ -12,7 +12,8 @@ Event shapes and key order follow msprof's C++ writer (AM ``csrc/domain/entities
 trace_event.cpp``, ``meta_data_event.cpp``; msprof_outputs.md §3.2): ``X`` = name, pid, tid, ts,
 dur, ph, [cat], args (always present); ``C`` = name, pid, tid, ts, ph, args ``{series: value}``;
 ``M`` = name, pid, tid, ph, args (``{"name"}``, ``{"labels"}`` or ``{"sort_index"}``); flows
-``s``/``f``/``t`` = name, pid, tid, ph, cat, id, ts, and ``"bp":"e"`` on ``f``. ``ts`` is a JSON
+``s``/``f``/``t`` = name, pid, tid, ph, cat, id, ts, and ``"bp":"e"`` on ``f`` (on ``s`` too where
+asked: torch_npu's ``TraceEventManager`` flows). ``ts`` is a JSON
 string of microseconds with exactly three decimals, ``dur`` a number (see ``_json``). Each batch of
 events is written from its columns by a numba kernel into a reused buffer (peers.md §5.4); see
 :class:`ChromeTraceWriter` for the file limits.
@@ -188,6 +189,7 @@ class FlowEvents:
     cat: ColumnLike
     id: ColumnLike
     args: Mapping[str, ColumnLike] = field(default_factory=dict)
+    bound_start: bool = False  #: ``"bp":"e"`` on ``s`` events too, as torch_npu writes its flows
 
     @property
     def ph(self) -> str:
@@ -207,7 +209,7 @@ class FlowEvents:
         template.member("cat", self.cat, required=True)
         template.member("id", self.id, required=True)
         template.member("ts", self.ts_ns, role="ts", required=True)
-        if self.phase == "f":
+        if self.phase == "f" or (self.phase == "s" and self.bound_start):
             template.constant("bp", "e")
         if self.args:
             _args(template, self.args)

@@ -69,6 +69,7 @@ def test_pipe_utilization_columns_python_path() -> None:
         "mte3_ratio",
         "icache_miss_rate",
         "memory_bound",
+        "cube_utilization",  # mac_ratio and total_cycles are columns (DataManager.add_cube_usage)
     ]
 
 
@@ -219,7 +220,8 @@ def test_pipe_utilization_ratios_icache_and_memory_bound() -> None:
     # r54 = 0: the Python path keeps r55 / cycles (0 without cycles)
     assert got["icache_miss_rate"][1:].tolist() == [0.0, 0.007]
     assert got["memory_bound"][0] == pytest.approx(0.5 / 0.2)  # mte2 / max(mac, vec)
-    assert np.isnan(got["memory_bound"][1:]).all()  # mac or vec is 0
+    # msprof's Python add_mem_bound: 0 when max(vec, mac) is 0; a zero mac alone does not matter
+    assert got["memory_bound"][1:].tolist() == [0.0, 0.0]
     assert np.isnan(got["vec_time"]).all() and np.isnan(got["aicore_time"]).all()  # host side
 
 
@@ -337,9 +339,24 @@ def test_cube_utilization() -> None:
         "PipeUtilization", V4, aic_events=PIPE, aiv_events=PIPE, freq_mhz=800, ai_core_num=24
     )
     # 1_920_000 cycles / (800 MHz * 24 cores) = 100 µs of all cores; over a 200 µs task: 50 %
-    got = values(layout, counters(aic=[[1_920_000, 0, 10]]), duration_ns=200_000)
+    got = values(layout, counters(aic=[[1_920_000, 0, 960_000]]), duration_ns=200_000)
     assert got["cube_utilization"][0] == pytest.approx(50.0)
-    assert np.isnan(values(layout, counters(aic=[[1_920_000]]), duration_ns=0)["cube_utilization"][0])
+    # msprof's Python cube_usage: 0 when the duration, the cycles or the (rounded) mac ratio is 0
+    assert (
+        values(layout, counters(aic=[[1_920_000, 0, 960_000]]), duration_ns=0)["cube_utilization"][0] == 0.0
+    )
+    assert values(layout, counters(aic=[[1_920_000]]), duration_ns=200_000)["cube_utilization"][0] == 0.0
+    rounds_to_zero = counters(aic=[[100_000, 0, 40]])  # mac ratio 0.0004 prints as 0.0
+    assert values(layout, rounds_to_zero, duration_ns=200_000)["cube_utilization"][0] == 0.0
+
+
+def test_memory_bound_reads_the_ratios_as_op_summary_rounds_them() -> None:
+    layout = pmu.build_layout("PipeUtilization", CLOUD, aic_events=PIPE, freq_mhz=800, ai_core_num=32)
+    # vec 0.1234, mac 0.0004, mte2 0.2346 -> rounded 0.123, 0.0, 0.235 -> 0.235 / 0.123
+    got = values(layout, counters(aic=[[10_000, 1234, 4, 0, 0, 2346]]))
+    assert got["memory_bound"][0] == pytest.approx(0.235 / 0.123)
+    cube = pmu.build_layout("PipeUtilization", CLOUD, aic_events=PIPE, freq_mhz=800, ai_core_num=32)
+    assert "cube_utilization" in cube.columns
 
 
 # ----------------------------------------------------------------------------- host side

@@ -22,6 +22,7 @@ from profstream.engine.layouts._outputs import (
     ParquetOutput,
     TimelineOutput,
 )
+from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.plan import TABLE_NAMES
 from profstream.engine.schema import TABLES
 
@@ -46,10 +47,11 @@ def outputs(
     kind: Kind,
     *,
     fmt: Format = "csv",
-    level0: bool = False,
+    framework: ExperimentalConfig | None = None,
     limits: Limits | None = None,
 ) -> list[Output]:
-    """The outputs of one export of one collection into ``context.out_dir``."""
+    """The outputs of one export of one collection into ``context.out_dir``; ``framework`` is what
+    torch_npu's profiler_info.json says it collected (None without one)."""
     if layout == "parquet":
         return [ParquetOutput(context.out_dir, {name: TABLES[name] for name in TABLE_NAMES})]
     built: list[Output] = []
@@ -57,12 +59,12 @@ def outputs(
         if layout == "msprof":
             built += msprof.timeline_outputs(context, limits or Limits())
         else:
-            built += torch_npu.timeline_outputs(context, limits or Limits(), level0=level0)
+            built += torch_npu.timeline_outputs(context, limits or Limits(), framework)
     if kind in ("summary", "both"):
         built += (
             msprof.summary_outputs(context, fmt)
             if layout == "msprof"
-            else torch_npu.summary_outputs(context, level0)
+            else torch_npu.summary_outputs(context, framework)
         )
     return built
 

@@ -11,8 +11,14 @@ export (the C++ path's rule, §1.2) and sliced at 1,000,000 rows:
 
 Choices where the spec leaves room:
 
+* Values follow msprof's Python path, which msprof_behaviour.md observed on 910A and 910B alike: PMU
+  floats rounded to 3 decimals and cycle counts as integers (:func:`metric_cell`), shapes wrapped in
+  quotes (:func:`quoted`), a device's first Task Wait Time the integer ``0`` (:class:`WaitTime`). The
+  C++ path (910B full exports where msprof's ``.so`` is installed) prints some numbers differently
+  (fixed 3-decimal durations, no ``.0``); that is not reproduced.
 * op_summary rows are device tasks matched to node info (an op type is known) whose task type is
-  not WRITE_BACK/INVALID/HCCL_AI_CPU/COMMUNICATION (§2.1) nor HCCL: the real kernel_details.csv in
+  not WRITE_BACK/INVALID/HCCL_AI_CPU/COMMUNICATION (§2.1) nor HCCL, except communication tasks of an op
+  whose name ends in ``AivKernel`` (``AiCoreOpReport._filter_hccl_op``): the real kernel_details.csv in
   shared/realdata lists communication once per op (Task ID ``N/A``, type ``HCCL``), never per HCCL
   task: those per-op rows are merged in by start time (:class:`TaskRows`; task type ``COMMUNICATION``
   here as msprof's C++ names it, ``HCCL`` in kernel_details as the real file shows). Headers are
@@ -20,8 +26,10 @@ Choices where the spec leaves room:
   STARS chips.
 * task_time, like op_summary, lists a MIX or FFTS+ task by its context rows, not the whole-task row
   STARS also reports (``sub_task_parents``); §4e's rule for multi-context FFTS+ groups is not applied.
-* api_statistic's ``Device_id`` is the collection's first device, as the real C++ file in
-  shared/realdata shows (``0``), not ``host``.
+* api_statistic's ``Device_id`` is the collection's first device, as the real file in shared/realdata
+  shows (``0``; a 310B, so msprof's Python path); the C++ path writes ``host``.
+* communication_statistic is not written for a device none of whose communication ops has a type
+  (:func:`communication_statistic_rows`), as msprof writes none then.
 * step_trace spools its rows (one per iteration) until close and reads them back at once there,
   because the number of Reduce column pairs is the largest count in any iteration (§2.4).
 """
@@ -49,7 +57,8 @@ from profstream.engine.layouts._outputs import (
     split_by,
     stamp,
 )
-from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, text
+from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, map_text, text
+from profstream.engine.operators import pmu
 from profstream.engine.operators.statistics import TaskWaitTime, sub_task_parents
 from profstream.engine.schema import NO_ID, conform, tasks_schema
 from profstream.sinks import SliceNaming, msprof_slice_names
@@ -58,6 +67,9 @@ from profstream.sinks._base import StagedFile
 OUTPUT_DIR = "mindstudio_profiler_output"
 #: task types op_summary leaves out (C++ ``INVALID_TASK_TYPE``)
 EXCLUDED_TASK_TYPES = ("WRITE_BACK", "INVALID", "HCCL_AI_CPU", "COMMUNICATION", "HCCL")
+#: communication task types whose ``...AivKernel`` ops op_summary keeps (``StrConstant.AIV_KERNEL``)
+COMMUNICATION_TASK_TYPES = ("HCCL_AI_CPU", "COMMUNICATION", "HCCL")
+AIV_KERNEL_SUFFIX = "AivKernel"
 #: README descriptions of the modules profstream writes (paraphrased from msprof's
 #: ``FilenameIntroductionConfig`` topics)
 DESCRIPTIONS = {
@@ -87,8 +99,10 @@ def scaled(column: str, divisor: float) -> Callable[[pa.RecordBatch], pa.Array]:
 
 
 def kilobytes(header: str, column: str, divisor: float = 1024.0) -> Cell:
-    """bytes as KB (or MB with ``divisor`` 1024²), a float as msprof prints it."""
-    return Cell(header, scaled(column, divisor))
+    """bytes as KB (or MB with ``divisor`` 1024²) rounded to 3 decimals, as msprof's memory viewers
+    print them (``viewer/npu_mem_viewer.py``, ``npu_mem_rec_viewer.py``, ``npu_op_mem_viewer.py``)."""
+    values = scaled(column, divisor)
+    return Cell(header, lambda batch: pc.round(values(batch), 3))
 
 
 def metric_header(name: str) -> str:
@@ -111,15 +125,29 @@ def _context_id(batch: pa.RecordBatch) -> pa.Array:
 
 def op_summary_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The device tasks msprof's op_summary lists (module docstring)."""
+    task_type = text(batch.column("task_type"))
+    aiv_kernel = pc.and_(  # communication kernels on the AI Vector cores stay (module docstring)
+        pc.is_in(task_type, pa.array(COMMUNICATION_TASK_TYPES)),
+        pc.ends_with(text(batch.column("op_name")), AIV_KERNEL_SUFFIX),
+    )
     keep = pc.and_(
         pc.and_(pc.is_valid(text(batch.column("op_type"))), pc.invert(sub_task_parents(batch))),
-        pc.invert(pc.is_in(text(batch.column("task_type")), pa.array(EXCLUDED_TASK_TYPES))),
+        pc.or_(
+            pc.invert(pc.is_in(task_type, pa.array(EXCLUDED_TASK_TYPES))), pc.fill_null(aiv_kernel, False)
+        ),
     )
     return batch.filter(pc.fill_null(keep, True))
 
 
-#: the op_summary columns torch_npu keeps at Level0 (framework_outputs.md §3.2)
-LEVEL0_HEADERS = (
+def communication_statistic_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A device's communication_statistic rows, none when no op has a type: msprof writes the file only
+    when some op type is known (``mscalculate/hccl/hccl_calculator.py`` ``_generate_hccl_op_info``)."""
+    return batch if batch.column("op_type").null_count < batch.num_rows else batch.slice(0, 0)
+
+
+#: the op_summary columns torch_npu keeps without AI Core metrics (framework_outputs.md §3.2;
+#: ``CsvHeaders.OP_SUMMARY_SHOW_HEADERS``)
+SHORT_HEADERS = (
     "Op Name",
     "OP Type",
     "Task Type",
@@ -130,8 +158,9 @@ LEVEL0_HEADERS = (
 )
 
 
-def task_cells(context: Context, names: dict[str, str], *, level0: bool = False) -> list[Cell]:
-    """The op_summary / kernel_details columns (``names`` renames headers, torch_npu's way)."""
+def task_cells(context: Context, names: dict[str, str], *, short: bool = False) -> list[Cell]:
+    """The op_summary / kernel_details columns (``names`` renames headers, torch_npu's way; ``short``:
+    kernel_details' columns when no AI Core metrics were collected)."""
 
     def head(header: str) -> str:
         return names.get(header, header)
@@ -146,26 +175,57 @@ def task_cells(context: Context, names: dict[str, str], *, level0: bool = False)
         Cell(head("Task Type"), "task_type"),
         stamp(head("Task Start Time(us)"), "start_ns"),
         Cell(head("Task Duration(us)"), duration, "duration_us"),
-        Cell(head("Task Wait Time(us)"), "wait_ns", "duration_us"),
+        Cell(head("Task Wait Time(us)"), "wait_ns", "duration_us", null=FIRST_WAIT),
         Cell(head("Block Num"), "block_dim"),
     ]
     if context.stars:
         cells.append(Cell(head("Mix Block Num"), "mix_block_dim"))
     cells += [
         Cell(head("HF32 Eligible"), "hf32_eligible"),
-        Cell(head("Input Shapes"), "input_shapes"),
+        Cell(head("Input Shapes"), quoted("input_shapes")),
         Cell(head("Input Data Types"), "input_data_types"),
         Cell(head("Input Formats"), "input_formats"),
-        Cell(head("Output Shapes"), "output_shapes"),
+        Cell(head("Output Shapes"), quoted("output_shapes")),
         Cell(head("Output Data Types"), "output_data_types"),
         Cell(head("Output Formats"), "output_formats"),
     ]
     if context.stars:
         cells.append(Cell(head("Context ID"), _context_id))
-    if level0:
-        return [cell for cell in cells if cell.header in {head(h) for h in LEVEL0_HEADERS}]
-    cells += [Cell(metric_header(name), name) for name in context.metric_columns]
+    if short:
+        return [cell for cell in cells if cell.header in {head(h) for h in SHORT_HEADERS}]
+    cells += [metric_cell(name, metric_header(name)) for name in context.metric_columns]
     return cells
+
+
+def quoted(column: str) -> Callable[[pa.RecordBatch], pa.Array]:
+    """A shape column wrapped in ``"``, as msprof stores shapes; the CSV sink doubles those quotes and
+    quotes the cell, so the file shows three quotes on each side, as msprof_behaviour.md observed and
+    msinsight-torchnpu-910b's kernel_details.csv shows (also for a shape without a comma). Null stays
+    null (``N/A``)."""
+
+    def values(batch: pa.RecordBatch) -> pa.Array:
+        return map_text(
+            batch.column(column), lambda shapes: pc.binary_join_element_wise('"', shapes, '"', "")
+        )
+
+    return values
+
+
+def metric_cell(name: str, header: str) -> Cell:
+    """A PMU column as op_summary prints it: cycle counts as integers, every other float rounded to 3
+    decimals (the SQL ``round(col, 3)`` msprof applies to each column without ``cycles`` in its name,
+    ``viewer/ai_core_op_report.py`` ``_get_ai_core_float_cols``; real kernel_details shows ``0.186`` and
+    ``2910056``)."""
+
+    def values(batch: pa.RecordBatch) -> pa.Array:
+        column = batch.column(name)
+        if not pa.types.is_floating(column.type):
+            return column
+        if "cycles" in name:
+            return pc.cast(column, pa.int64())
+        return pc.round(column, pmu.RATIO_DECIMALS)
+
+    return Cell(header, values)
 
 
 #: what TaskRows keeps of each communication op until close: the columns its merged row prints
@@ -257,18 +317,24 @@ class TaskRows(SummaryOutput):
 
 
 class WaitTime:
-    """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1)."""
+    """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1), null on
+    each device's first row, which msprof writes as the integer ``0`` (:data:`FIRST_WAIT`;
+    ``AiCoreOpReport._format_summary_data``; msinsight-torchnpu-910b's kernel_details.csv shows it)."""
 
     def __init__(self) -> None:
         self._wait = TaskWaitTime()
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        wait = self._wait(
+        wait, first = self._wait.rows(
             batch.column("start_ns").to_numpy(),
             batch.column("end_ns").to_numpy(),
             batch.column("device_id").to_numpy(),
         )
-        return batch.append_column("wait_ns", pa.array(wait))
+        return batch.append_column("wait_ns", pa.array(wait, mask=first))
+
+
+#: how a device's first Task Wait Time prints (the other rows are rounded µs floats)
+FIRST_WAIT = "0"
 
 
 def _statistic_cells(head: Sequence[Cell]) -> list[Cell]:
@@ -450,6 +516,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             ],
             fmt=fmt,
             by_device=False,
+            rows=communication_statistic_rows,
         ),
         SummaryOutput(
             context,
@@ -462,8 +529,12 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 kilobytes("hbm(KB)", "hbm_bytes"),
                 Cell(
                     "memory(KB)",
-                    lambda b: pc.divide(
-                        pc.cast(pc.add(b.column("ddr_bytes"), b.column("hbm_bytes")), pa.float64()), 1024.0
+                    lambda b: pc.round(
+                        pc.divide(
+                            pc.cast(pc.add(b.column("ddr_bytes"), b.column("hbm_bytes")), pa.float64()),
+                            1024.0,
+                        ),
+                        3,
                     ),
                 ),
                 stamp("timestamp(us)", "time_ns"),

@@ -25,7 +25,7 @@ HostToDevice flow (their launching API is not joined to the op).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -66,6 +66,15 @@ def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     if pa.types.is_dictionary(values.type):
         return values.dictionary_decode()
     return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+
+
+def map_text(values: pa.Array | pa.ChunkedArray, change: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """``change`` applied to a text column; a dictionary column's entries are changed once each."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        return pa.DictionaryArray.from_arrays(values.indices, change(values.dictionary))
+    return change(text(values))
 
 
 def per_device(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -447,6 +456,12 @@ def cann_layers(context: Context, processes: Processes) -> list[EventBuilder]:
 FLOW_NAMES = {"async_task_queue": "enqueue_to_dequeue", "fwdbwd": "fwdbwd", "async_npu": "torch_to_npu"}
 
 
+def torch_op_lines(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """A torch op's shapes, dtypes or call stack as torch_npu prints them: a line break after each
+    ``;`` (``TorchOpBean``: ``replace(";", ";\\r\\n")``)."""
+    return map_text(values, lambda words: pc.replace_substring(words, ";", ";\r\n"))
+
+
 class TorchOps(_Layer):
     """torch ops, Enqueue and Dequeue on the "Python" process (framework_outputs.md §3.1)."""
 
@@ -466,12 +481,12 @@ class TorchOps(_Layer):
 
     def _ops(self, rows: pa.RecordBatch, category: str) -> CompleteEvents:
         if category == "cpu_op":
-            args = {
-                "Sequence number": rows.column("sequence_number"),
+            args = {  # torch_npu's TorchOpBean.get_args: the sequence number always, -1 for none
+                "Sequence number": pc.fill_null(rows.column("sequence_number"), -1),
                 "Fwd thread id": rows.column("fwd_thread_id"),
-                "Input Dims": rows.column("input_shapes"),
-                "Input type": rows.column("input_dtypes"),
-                "Call stack": rows.column("call_stack"),
+                "Input Dims": torch_op_lines(rows.column("input_shapes")),
+                "Input type": torch_op_lines(rows.column("input_dtypes")),
+                "Call stack": torch_op_lines(rows.column("call_stack")),
                 "Module Hierarchy": rows.column("module_hierarchy"),
             }
         else:
@@ -505,6 +520,7 @@ class TorchFlows(_Layer):
                 local(self.context, rows.column("src_ns")),
                 category,
                 rows.column("flow_id"),
+                bound_start=True,  # torch_npu's TraceEventManager puts "bp":"e" on both ends
             )
             on_device = rows.column("dst_device_id")
             device_pid = pc.bit_wise_or(

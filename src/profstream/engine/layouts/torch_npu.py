@@ -6,18 +6,24 @@ Files (framework_outputs.md §3), headers as the real files in shared/realdata s
 ``memory_record.csv``, ``npu_module_mem.csv`` and, beside the output directory,
 ``profiler_info.json``.
 
-Conventions read off the real files: the files torch_npu writes itself with ``csv.writer``
-(kernel_details, step_trace_time, operator_memory, memory_record) end lines in CRLF, the ones it
-copies from CANN (op_statistic, api_statistic, npu_module_mem) in LF and lose ``Device_id``;
-memory files print absent values as empty cells, sizes as floats (KB, MB = bytes/1024²) and
-durations like timestamps (three decimals and a TAB). ``Block Dim``/``Mix Block Dim`` are the
-headers of that CANN generation (msprof's current C++ says ``Block Num``). At ``Level0``
-kernel_details has the short header (§3.2). memory_record lists APP rows first, then the others,
-each in time order. operator_memory lists the PyTorch allocator's rows first, then GE's with
-``cann::`` before their names (§4b point 7, and the real file of rank 0 in shared/realdata), each
-part sorted by allocation time as torch_npu sorts its groups (§4b point 4; it copies the GE rows in
-the order of CANN's file, which the specs do not give: allocation time here too, rows without one
-last).
+Conventions: every CSV ends its lines in CRLF, as torch_npu writes them all with ``csv.writer``
+(``prof_common_func/_file_manager.py`` ``create_csv_file``). In shared/realdata, op_statistic,
+api_statistic, npu_module_mem and operator_details end in LF; those bytes went through a line-end
+conversion, since operator_details' cells hold ``;\\n`` where the same run's trace_view.json (JSON,
+escaped) holds torch_npu's ``;\\r\\n``. The files copied from CANN lose ``Device_id``;
+memory files print absent values as empty cells, sizes as floats (KB, MB = bytes/1024²) and durations
+like timestamps (three decimals and a TAB). ``Block Dim``/``Mix Block Dim`` are the headers of that CANN
+generation (msprof's current C++ says ``Block Num``). memory_record lists APP rows first, then the
+others, each in time order. operator_memory lists the PyTorch allocator's rows first, sorted by
+allocation time as torch_npu sorts its groups (§4b point 4), then GE's with ``cann::`` before their
+names (§4b point 7) in release-time order and with CANN's Duration cell: torch_npu copies CANN's rows as
+they are, and the six real files in shared/realdata list them by release time (rows without one last).
+
+Which files exist follows profiler_info.json (``ProfilerConfig``): op_statistic, api_statistic and the
+communication files only at Level1 and Level2 (``LEVEL_PARSER_CONFIG``; the real Level0 directory has
+none of them), kernel_details' short header when no AI Core metrics were collected
+(``is_all_kernel_headers``), not by level. A task outside every step has an empty Step Id, as torch_npu
+writes ``None``.
 """
 
 from __future__ import annotations
@@ -51,10 +57,18 @@ from profstream.engine.layouts.msprof import (
     scaled,
     task_cells,
 )
-from profstream.engine.layouts.timeline import Cann, cann_layers, framework_layers, text
+from profstream.engine.layouts.timeline import Cann, cann_layers, framework_layers, text, torch_op_lines
+from profstream.engine.metadata import ExperimentalConfig
+from profstream.sinks._format import float_text
 from profstream.sinks.communication_json import CommunicationJsonSink
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+#: profiler_info.json's levels and "no AI Core metrics" (torch_npu ``Constant``)
+LEVEL0, LEVEL1 = "Level0", "Level1"
+AIC_METRICS_NONE = "ACL_AICORE_NONE"
+#: the levels at which torch_npu copies op_statistic and api_statistic from CANN
+#: (``ProfilerConfig.LEVEL_PARSER_CONFIG``) and writes the communication files
+CANN_STATISTICS_LEVELS = ("Level1", "Level2")
 CRLF = "\r\n"
 MB = 1024.0 * 1024.0
 #: step_trace_time.csv value headers (framework_outputs.md §3.4) and their ``step_time`` columns
@@ -106,13 +120,13 @@ def _steps_of(
 class KernelDetails(TaskRows):
     """kernel_details.csv: op_summary's rows and columns, torch_npu's names, and the Step Id."""
 
-    def __init__(self, context: Context, level0: bool) -> None:
+    def __init__(self, context: Context, short: bool) -> None:
         self._wait = WaitTime()
         super().__init__(
             context, "kernel_details.csv", [], label="HCCL", frame=self._frame_rows, line_end=CRLF
         )
         self.tables = ("tasks", "comm", "framework_steps")
-        self._level0 = level0
+        self._short = short
         self._steps: list[pa.RecordBatch] = []
         self._device_steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -128,7 +142,7 @@ class KernelDetails(TaskRows):
 
     def close(self) -> list[Path]:
         steps = pa.Table.from_batches(self._steps) if self._steps else None
-        cells = task_cells(self.context, RENAMES, level0=self._level0)
+        cells = task_cells(self.context, RENAMES, short=self._short)
         if steps is not None and steps.num_rows:
             for device in pc.unique(steps.column("device_id")).to_pylist():
                 rows = steps.filter(pc.equal(steps.column("device_id"), device)).sort_by("start_ns")
@@ -137,7 +151,7 @@ class KernelDetails(TaskRows):
                     rows.column("end_ns").to_numpy(),
                     rows.column("iteration_id").to_numpy(),
                 )
-            cells = [Cell("Step Id", "step_id"), *cells]
+            cells = [Cell("Step Id", "step_id", null=""), *cells]
         self.cells = cells
         return super().close()
 
@@ -145,8 +159,40 @@ class KernelDetails(TaskRows):
 def _operator_memory_name(batch: pa.RecordBatch) -> pa.Array:
     """torch_npu's name: the op's, and ``cann::`` before a GE row's (framework_outputs.md §4b point 7)."""
     names = text(batch.column("name"))
-    ge = pc.equal(text(batch.column("source")), "GE")
-    return pc.if_else(ge, pc.binary_join_element_wise("cann::", names, ""), names)
+    return pc.if_else(_is_ge(batch), pc.binary_join_element_wise("cann::", names, ""), names)
+
+
+#: the column operator_memory.csv's rows are sorted by within their part (module docstring)
+MEMORY_ORDER = "order_ns"
+
+
+def _is_ge(batch: pa.RecordBatch) -> pa.Array:
+    return pc.equal(text(batch.column("source")), "GE")
+
+
+def _operator_memory_order(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows with :data:`MEMORY_ORDER`: allocation time for PyTorch's rows, release time for GE's."""
+    order = pc.if_else(_is_ge(batch), batch.column("release_ns"), batch.column("alloc_ns"))
+    return batch.append_column(MEMORY_ORDER, order)
+
+
+def _operator_memory_duration(batch: pa.RecordBatch) -> pa.Array:
+    """Duration(us): torch_npu's own format for PyTorch rows (three decimals and a TAB), CANN's cell as
+    torch_npu copies it for GE rows (``106.43``, as msprof's operator_memory prints it;
+    ``prof_bean/_ge_op_memory_bean.py``, and the real file of rank 0 in shared/realdata)."""
+    ns = pc.cast(batch.column("duration_ns"), pa.int64())
+    micros = float_text(pc.divide(pc.cast(ns, pa.float64()), 1000.0))
+    return pc.if_else(_is_ge(batch), micros, _fixed_text(ns))
+
+
+def _fixed_text(ns: pa.Array) -> pa.Array:
+    """ns as µs text with three decimals and a TAB (what a ``timestamp_us`` cell prints)."""
+    size = pc.abs(ns)
+    whole = pc.divide(size, 1000)  # integer division
+    part = pc.subtract(size, pc.multiply(whole, 1000))
+    sign = pc.if_else(pc.less(ns, 0), "-", "")
+    digits = pc.utf8_lpad(pc.cast(part, pa.string()), width=3, padding="0")
+    return pc.binary_join_element_wise(sign, pc.cast(whole, pa.string()), ".", digits, "\t", "")
 
 
 def _first_then_others(column: str, first: str) -> Callable[[pa.RecordBatch], pa.Array]:
@@ -194,23 +240,26 @@ class Communication(Output):
         shutil.rmtree(self._spool_dir, ignore_errors=True)
 
 
-def summary_outputs(context: Context, level0: bool) -> list[Output]:
-    """The summary files of ASCEND_PROFILER_OUTPUT."""
+def summary_outputs(context: Context, framework: ExperimentalConfig | None = None) -> list[Output]:
+    """The summary files of ASCEND_PROFILER_OUTPUT, as far as ``framework`` collected them (module
+    docstring; all of them without a profiler_info.json)."""
+    level = framework.profiler_level if framework is not None else LEVEL1
+    short = framework is not None and framework.aic_metrics == AIC_METRICS_NONE
     mega = [
         ("Total Allocated(MB)", "total_allocated"),
         ("Total Reserved(MB)", "total_reserved"),
         ("Total Active(MB)", "total_active"),
     ]
-    return [
-        KernelDetails(context, level0),
+    outputs: list[Output] = [
+        KernelDetails(context, short),
         SummaryOutput(
             context,
             "operator_details",
             "operator_details.csv",
             [
                 Cell("Name", "name"),
-                Cell("Input Shapes", "input_shapes", null=""),
-                Cell("Call Stack", "call_stack", null=""),
+                Cell("Input Shapes", lambda b: torch_op_lines(b.column("input_shapes")), null=""),
+                Cell("Call Stack", lambda b: torch_op_lines(b.column("call_stack")), null=""),
                 *(
                     Cell(header, scaled(column, 1000.0))
                     for header, column in (
@@ -224,18 +273,14 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 ),
             ],
             by_device=False,
-        ),
-        Communication(context),
-        SummaryOutput(context, "op_statistic", "op_statistic.csv", op_statistic_cells([]), by_device=False),
-        SummaryOutput(
-            context, "api_statistic", "api_statistic.csv", api_statistic_cells([]), by_device=False
+            line_end=CRLF,
         ),
         SummaryOutput(
             context,
             "step_time",
             "step_trace_time.csv",
             [
-                Cell("Step", "step"),
+                Cell("Step", "step", null=""),
                 *(Cell(header, scaled(column, 1000.0)) for header, column in STEP_TIME_COLUMNS),
             ],
             line_end=CRLF,
@@ -254,7 +299,7 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 stamp("Allocation Time(us)", "alloc_ns", null=""),
                 stamp("Release Time(us)", "release_ns", null=""),
                 stamp("Active Release Time(us)", "active_release_ns", null=""),
-                fixed("Duration(us)", "duration_ns"),
+                Cell("Duration(us)", _operator_memory_duration, null=""),
                 fixed("Active Duration(us)", "active_duration_ns"),
                 *(
                     Cell(f"{when} {header}", scaled(f"{prefix}_{column}", MB), null="")
@@ -265,7 +310,8 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 Cell("Device Type", "device_type", null=""),
             ],
             key=_first_then_others("source", "PTA"),
-            order="alloc_ns",
+            rows=_operator_memory_order,
+            order=MEMORY_ORDER,
             line_end=CRLF,
         ),
         SummaryOutput(
@@ -297,17 +343,33 @@ def summary_outputs(context: Context, level0: bool) -> list[Output]:
                 ),
                 Cell("Device", device_type),
             ],
+            line_end=CRLF,
         ),
     ]
+    if level in CANN_STATISTICS_LEVELS:
+        outputs += [
+            Communication(context),
+            *(
+                SummaryOutput(context, table, f"{table}.csv", cells([]), by_device=False, line_end=CRLF)
+                for table, cells in (
+                    ("op_statistic", op_statistic_cells),
+                    ("api_statistic", api_statistic_cells),
+                )
+            ),
+        ]
+    return outputs
 
 
-def timeline_outputs(context: Context, limits: Limits, *, level0: bool = False) -> list[TimelineOutput]:
+def timeline_outputs(
+    context: Context, limits: Limits, framework: ExperimentalConfig | None = None
+) -> list[TimelineOutput]:
     """trace_view.json: the framework layer first, then the CANN layers (§3.1).
 
     At Level0 torch_npu prunes the host API events (``LEVEL_TRACE_PRUNE_CONFIG``: names starting with
     CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is the whole CANN layer.
     """
     processes = Processes()
+    level0 = framework is not None and framework.profiler_level == LEVEL0
     layers = [layer for layer in cann_layers(context, processes) if not (level0 and isinstance(layer, Cann))]
     return [
         TimelineOutput(

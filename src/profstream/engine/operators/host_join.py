@@ -74,6 +74,7 @@ import pyarrow.compute as pc
 from profstream.codecs.additional import MAX_TENSORS, SHAPE_DIMS, TENSOR_INPUT, TENSOR_OUTPUT
 from profstream.codecs.compact import GE_TASK_TYPES
 from profstream.engine import schema
+from profstream.engine.operators import pmu
 from profstream.engine.operators.api import (
     ACL_LEVEL,
     COMMUNICATION_LEVEL,
@@ -380,8 +381,10 @@ class HostJoin(Operator):
 
     Inputs: ``device_tasks@d``, ``task_track`` and those of ``streamed`` (default ``api``,
     ``node_basic_info``, ``tensor_info``). ``node_info`` / ``tensor_info`` tables (e.g. the unaging
-    records, from ``FeedSet.table``) are placed like streamed records. ``metric_columns`` are the PMU
-    columns of ``device_tasks`` and ``tasks``.
+    records, from ``FeedSet.table``) are placed like streamed records. ``metrics`` is the device's PMU
+    layout: its columns are those of ``device_tasks`` and ``tasks``, and its ``*_time`` columns, which need
+    the block dims only the host side knows, are filled on the joined rows (:func:`pmu.finish_metrics`).
+    ``metric_columns`` alone gives the columns without filling any time.
     """
 
     def __init__(
@@ -389,6 +392,7 @@ class HostJoin(Operator):
         device_id: int,
         dictionaries: Dictionaries,
         *,
+        metrics: pmu.MetricLayout | None = None,
         metric_columns: Sequence[str] = (),
         streamed: Collection[str] = OPTIONAL_INPUTS,
         node_info: pa.Table | None = None,
@@ -400,7 +404,8 @@ class HostJoin(Operator):
             raise ValueError(msg)
         self.device_id = device_id
         self.names = dictionaries
-        self.metric_columns = tuple(metric_columns)
+        self.metrics = metrics
+        self.metric_columns = tuple(metric_columns) or (metrics.columns if metrics else ())
         self._device_input = at("device_tasks", device_id)
         optional = [s for s in OPTIONAL_INPUTS if s in streamed]
         self.inputs = (
@@ -609,7 +614,11 @@ class HostJoin(Operator):
         return np.where(wanted & (node >= 0), gather(best, node), -1)
 
     def _tensor_texts(self, node: I64, op_hash: Array) -> dict[str, pa.Array]:
-        """The six tensor texts of each launch: the last tensor group of its node API and op name."""
+        """The six tensor texts of each launch: the last tensor group of its node API and op name.
+
+        Texts are built only for the groups some launch picks: most held groups wait for launches
+        still to come, and joining their texts on every call cost more than the rest of the join.
+        """
         rows = self._tensors
         n = len(node)
         nothing = {name: pa.nulls(n, STR) for name in TENSOR_COLUMNS}
@@ -621,14 +630,6 @@ class HostJoin(Operator):
         count = int(group.max()) + 1
         first = np.unique(group, return_index=True)[1]
         group_api = self._apis.inner(NODE_LEVEL, threads[first], times[first])
-        output = column(rows, "output", np.bool_)
-        order = np.lexsort((column(rows, "seq"), output, group))
-        texts: dict[str, pa.Array] = {}
-        for side, prefix in ((False, "input"), (True, "output")):
-            sel = order[output[order] == side]
-            for field, name in (("shape", "shapes"), ("data_type", "data_types"), ("format", "formats")):
-                values = rows.column(field).combine_chunks().take(pa.array(sel))
-                texts[f"{prefix}_{name}"] = _join_lists(values, group[sel], count, ";")
         # the last group (by time) of each (API, op name) serves launches of that API and op
         keys = dense_ids(np.r_[group_api, node], np.r_[hashes[first], np.asarray(op_hash, np.uint64)])
         group_key, launch_key = keys[:count], keys[count:]
@@ -637,7 +638,23 @@ class HostJoin(Operator):
         last = last_index(group_key[placed], int(keys.max()) + 1)
         chosen = np.where(last >= 0, gather(placed, last), -1)
         pick = np.where(node >= 0, chosen[launch_key], -1)
-        return {name: encode(texts[name], pick) for name in TENSOR_COLUMNS}
+        used = np.unique(pick[pick >= 0])
+        if not len(used):
+            return nothing
+        slot = np.full(count, -1, np.int64)
+        slot[used] = np.arange(len(used), dtype=np.int64)
+        wanted = np.flatnonzero(slot[group] >= 0)
+        wanted_group = slot[group[wanted]]
+        output = column(rows, "output", np.bool_)[wanted]
+        order = np.lexsort((column(rows, "seq")[wanted], output, wanted_group))
+        texts: dict[str, pa.Array] = {}
+        for side, prefix in ((False, "input"), (True, "output")):
+            sel = order[output[order] == side]
+            for field, name in (("shape", "shapes"), ("data_type", "data_types"), ("format", "formats")):
+                values = rows.column(field).combine_chunks().take(pa.array(wanted[sel]))
+                texts[f"{prefix}_{name}"] = _join_lists(values, wanted_group[sel], len(used), ";")
+        launch_slot = np.where(pick >= 0, slot[np.maximum(pick, 0)], -1)
+        return {name: encode(texts[name], launch_slot) for name in TENSOR_COLUMNS}
 
     def _join(self, ready: npt.NDArray[np.bool_]) -> list[Emit]:
         """Emit the ``ready`` device tasks with the latest described launch of their key before them."""
@@ -658,7 +675,10 @@ class HostJoin(Operator):
         self.counts["unjoined_tasks"] += int((~joined).sum())
         columns = {name: tasks.column(name) for name in self._device_schema.names}
         columns |= {name: host.column(name) for name in HOST_COLUMNS}
-        return [(self.outputs[0], schema.conform(self._out_schema, columns))]
+        joined_tasks = schema.conform(self._out_schema, columns)
+        if self.metrics is not None:
+            joined_tasks = pmu.finish_metrics(joined_tasks, self.metrics)
+        return [(self.outputs[0], joined_tasks)]
 
     def _evict(self, joined_until: int, located: int) -> None:
         """Drop state no launch or device task can need any more (see the module docstring)."""

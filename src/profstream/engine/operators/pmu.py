@@ -18,7 +18,8 @@ Two layouts, as msprof's two implementations write them (msprof_outputs.md §0, 
 * every other chip (the Python path): un-prefixed ``aicore_time, total_cycles, <metrics>`` in the order of
   ``AiCoreMetricsManager.AICORE_METRICS_LIST_DEFAULT`` with a ``*_time`` before each pipe ratio
   (``viewer/calculate_rts_data.py`` ``get_metrics_from_sample_config``), ``cube_fops, vector_fops`` after
-  ArithmeticUtilization, ``memory_bound`` after the pipe groups, and the columns msprof's
+  ArithmeticUtilization, ``memory_bound`` after the pipe groups, ``cube_utilization`` when ``mac_ratio`` and
+  ``total_cycles`` are columns (``DataManager.add_cube_usage``), and without the columns msprof's
   ``AicPmuUtils._remove_list`` drops (``l2_read_bw``/``l2_write_bw`` of Memory, ``ub_*_bw_mte`` of MemoryUB).
 
 Names are msprof's without unit suffixes and with ``_extra`` stripped; values keep msprof's units (µs for
@@ -30,16 +31,22 @@ Choices (where the spec is unsure or the two implementations differ):
   the Python ``PmuCalculateFunc`` ones elsewhere, as msprof's all-export does (§4c table);
 * ``icache_miss_rate`` = r55/r54; when r54 is 0 the C++ path gives 0 and the Python path keeps r55/cycles
   (``_calculate_icache_miss_rate`` leaves the ratio in place), and each layout follows its implementation;
-* ratios are 0 when total cycles are 0 (``pmu_metric_calculate_without_freq``); ``memory_bound`` is null
-  when mac or vec is 0 (``MetricProcessor::AddMemoryBound``);
+* ratios are 0 when total cycles are 0 (``pmu_metric_calculate_without_freq``);
+* ``memory_bound`` and ``cube_utilization`` follow msprof's Python path (``viewer/runtime_report.py``
+  ``add_mem_bound`` / ``cube_usage``), which reads the ratios after op_summary's SQL has rounded them to 3
+  decimals: ``memory_bound`` = mte2 / max(vec, mac) of the rounded ratios, 0 when that max is 0;
+  ``cube_utilization`` is 0 when the rounded mac ratio, the cycles or the duration is 0. (The C++ path's
+  ``MetricProcessor::AddMemoryBound`` gives null when mac or vec is 0; memory_bound exists only in the
+  un-prefixed layout, which msprof always writes with its Python path.)
 * PipelineExecuteUtilization: the ``*_exe_ratio`` formulas of ``ai_core_config.py`` 'metrics'; msprof's
   Python filter keeps only ``vec_exe_ratio`` of them (its event names do not match the group's list), which
   we take for a defect and do not reproduce;
 * frequency: info.json ``aic_frequency`` for every metric, AIC and AIV alike
   (``InfoConfReader.get_freq('aic')``); the CHIP_V4_1_0 C++ path's per-record low-power frequency
   (lpmFreqConv) is not used;
-* no rounding: the table keeps full precision and sinks round, except that ``aicore_time`` is rounded to
-  2 decimals before the ``*_time`` products on the Python-path chips, as ``Utils.cal_total_time`` does.
+* no rounding: the table keeps full precision and the layouts round (op_summary: 3 decimals, cycles as
+  integers), except that ``aicore_time`` is rounded to 2 decimals before the ``*_time`` products on the
+  Python-path chips, as ``Utils.cal_total_time`` does.
 
 The split between device and host side: ``aicore_time``/``aiv_time`` and every ``*_time`` need the GE block
 dim (``block_num`` / ``mix_block_num``), which only the host-side node info carries. :func:`device_metrics`
@@ -465,7 +472,9 @@ def build_layout(
             wanted = (f"mte2{suffix}", f"mac{suffix}", f"vec{suffix}")
             if set(wanted) <= names:
                 memory_bound = wanted
-    cube = cpp and {"aic_mac_ratio", "aic_total_cycles"} <= names
+    # msprof's Python path adds it from the un-prefixed columns too (DataManager.add_cube_usage)
+    prefix = "aic_" if cpp else ""
+    cube = {f"{prefix}mac_ratio", f"{prefix}total_cycles"} <= names
     return MetricLayout(
         chip, group, tuple(blocks), tuple(aiv_events), freq_mhz, ai_core_num, aiv_num, memory_bound, cube
     )
@@ -516,6 +525,10 @@ class Counters:
         return Block(cycles.astype(np.float64), values, layout.freq_mhz * 1e6, layout.split, layout.chip)
 
 
+#: decimals op_summary rounds PMU values to (``ai_core_op_report.py`` ``_get_ai_core_float_cols``)
+RATIO_DECIMALS = 3
+
+
 def device_metrics(layout: MetricLayout, counters: Counters, duration_ns: I64) -> dict[str, F64]:
     """Every metric column of ``layout`` for ``n`` tasks (NaN = null); the ``*_time`` columns stay NaN.
 
@@ -541,17 +554,20 @@ def device_metrics(layout: MetricLayout, counters: Counters, duration_ns: I64) -
                 values[name][rows] = formula(inputs)[rows]
         out |= values
     if layout.memory_bound:
-        mte2, mac, vec = (out[c] for c in layout.memory_bound)
+        mte2, mac, vec = (np.round(out[c], RATIO_DECIMALS) for c in layout.memory_bound)
+        largest = np.maximum(mac, vec)
         with np.errstate(divide="ignore", invalid="ignore"):
-            bound = mte2 / np.maximum(mac, vec)
-        out["memory_bound"] = np.where((mac != 0) & (vec != 0), bound, np.nan)
+            bound = np.where(largest != 0, mte2 / largest, 0.0)
+        out["memory_bound"] = np.where(np.isfinite(vec), bound, np.nan)
     if layout.cube_utilization:
-        cycles = out["aic_total_cycles"]
-        busy = np.isfinite(out["aic_mac_ratio"]) & (duration_ns > 0)
+        prefix = "aic_" if layout.split else ""
+        cycles = out[f"{prefix}total_cycles"]
+        mac = np.round(out[f"{prefix}mac_ratio"], RATIO_DECIMALS)
         scale = layout.freq_mhz * layout.ai_core_num
+        idle = (mac == 0) | (cycles == 0) | (duration_ns == 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            usage = cycles / scale * 100.0 / (duration_ns / 1000.0)
-        out["cube_utilization"] = np.where(busy & (scale > 0), usage, np.nan)
+            usage = np.where(idle, 0.0, cycles / scale * 100.0 / (duration_ns / 1000.0))
+        out["cube_utilization"] = np.where(np.isfinite(mac) & (scale > 0), usage, np.nan)
     return out
 
 

@@ -129,6 +129,10 @@ class SettledLaunches:
 
     def _codes(self, name: str, values: pa.Array) -> Block:
         """The column's codes of ``values`` (-1 for null), adding words it has not seen."""
+        if not pa.types.is_dictionary(values.type):  # known words map in one hash lookup each
+            found = pc.index_in(values, value_set=self._word_array(name))
+            if found.null_count == values.null_count:
+                return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int32)
         encoded = values.dictionary_encode()  # (a dictionary column comes back as it is)
         codes = self._words[name]
         words = encoded.dictionary.to_pylist()
