@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from profstream.engine import schema
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput
-from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows
+from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
 from profstream.engine.schema import NO_ID
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
@@ -120,3 +121,24 @@ def test_communication_statistic_needs_one_typed_op() -> None:
     untyped = pa.RecordBatch.from_pydict({"op_type": pa.array([None, None], pa.string()), "count": [1, 2]})
     assert communication_statistic_rows(typed).num_rows == 2
     assert communication_statistic_rows(untyped).num_rows == 0
+
+
+def test_msprof_npu_module_mem_prints_kilobytes_rounded_and_a_release_only_sample_as_minus_one(
+    tmp_path: Path,
+) -> None:
+    """msprof's npu_module_mem viewer: bytes / 1024 rounded to 3 decimals, the integer -1 where only a
+    release was captured (``NpuModuleMemViewer._npu_module_mem_reformat``)."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("npu_module_mem",)]
+    batch = schema.conform(
+        schema.TABLES["npu_module_mem"],
+        {
+            "device_id": pa.array([0, 0], pa.int32()),
+            "component": pa.array(["HCCL", "GE"]),
+            "time_ns": pa.array([1000, 2000]),
+            "total_reserved_bytes": pa.array([1500, None], pa.int64()),
+        },
+    )
+    output.write("npu_module_mem", batch)
+    [path] = output.close()
+    with path.open(newline="") as f:
+        assert [r["Total Reserved(KB)"] for r in csv.DictReader(f)] == ["1.465", "-1"]

@@ -549,11 +549,12 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 device,
                 Cell("Component", "component"),
                 stamp("Timestamp(us)", "time_ns"),
-                Cell(
-                    "Total Reserved(KB)",
-                    lambda b: pc.fill_null(
-                        pc.divide(pc.cast(b.column("total_reserved_bytes"), pa.float64()), 1024.0), -1.0
+                Cell(  # msprof rounds positive sizes and prints a release-only sample as the integer -1
+                    "Total Reserved(KB)",  # (viewer/npu_module_mem_viewer.py _npu_module_mem_reformat)
+                    lambda b: pc.round(
+                        pc.divide(pc.cast(b.column("total_reserved_bytes"), pa.float64()), 1024.0), 3
                     ),
+                    null="-1",
                 ),
                 Cell("Device", device_type),
             ],
