@@ -587,3 +587,19 @@ def test_torch_op_args_and_operator_details_as_torch_npu_prints_them(torch_run: 
     assert shapes and all(_lines_after_each_semicolon(s) for s in shapes)
     starts = [e for e in events if e.get("ph") == "s" and e.get("cat") in ("async_npu", "async_task_queue")]
     assert starts and all(e.get("bp") == "e" for e in starts)  # both flow ends bound, as torch_npu writes
+
+
+def test_torch_npu_api_statistic_names_the_communication_level_hccl(torch_run: Run) -> None:
+    """The real api_statistic.csv files of that CANN generation say ``hccl`` where msprof now says
+    ``communication``."""
+    torch_run.export("torch_npu", "summary")
+    levels = {
+        r["Level"] for r in rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "api_statistic.csv")
+    }
+    assert "hccl" in levels and "communication" not in levels
+    torch_run.export("msprof", "summary")
+    msprof_levels = {
+        r["Level"]
+        for r in rows(one(torch_run.out / "msprof" / "mindstudio_profiler_output", "api_statistic_*.csv"))
+    }
+    assert "communication" in msprof_levels

@@ -52,6 +52,7 @@ from profstream.engine.layouts._outputs import (
     Limits,
     Output,
     Processes,
+    Source,
     SummaryOutput,
     TimelineOutput,
     split_by,
@@ -351,11 +352,11 @@ def _statistic_cells(head: Sequence[Cell]) -> list[Cell]:
     ]
 
 
-def api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
-    """api_statistic's columns after the optional Device_id (§2.5)."""
+def api_statistic_cells(head: Sequence[Cell], level: Source = "level") -> list[Cell]:
+    """api_statistic's columns after the optional Device_id (§2.5); ``level`` renames levels."""
     return [
         *head,
-        Cell("Level", "level"),
+        Cell("Level", level),
         Cell("API Name", "name"),
         Cell("Time(us)", lambda b: pc.round(b.column("total_us"), 3)),
         Cell("Count", "count"),

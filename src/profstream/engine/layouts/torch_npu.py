@@ -29,7 +29,7 @@ writes ``None``.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,14 @@ from profstream.engine.layouts.msprof import (
     scaled,
     task_cells,
 )
-from profstream.engine.layouts.timeline import Cann, cann_layers, framework_layers, text, torch_op_lines
+from profstream.engine.layouts.timeline import (
+    Cann,
+    cann_layers,
+    framework_layers,
+    map_text,
+    text,
+    torch_op_lines,
+)
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.sinks._format import float_text
 from profstream.sinks.communication_json import CommunicationJsonSink
@@ -193,6 +200,18 @@ def _fixed_text(ns: pa.Array) -> pa.Array:
     sign = pc.if_else(pc.less(ns, 0), "-", "")
     digits = pc.utf8_lpad(pc.cast(part, pa.string()), width=3, padding="0")
     return pc.binary_join_element_wise(sign, pc.cast(whole, pa.string()), ".", digits, "\t", "")
+
+
+def _api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
+    """api_statistic.csv as that CANN generation printed it: the communication level is ``hccl`` (every
+    api_statistic.csv of msinsight-torchnpu-910b; msprof's current code says ``communication``)."""
+
+    def level(batch: pa.RecordBatch) -> pa.Array:
+        return map_text(
+            batch.column("level"), lambda names: pc.if_else(pc.equal(names, "communication"), "hccl", names)
+        )
+
+    return api_statistic_cells(head, level)
 
 
 def _first_then_others(column: str, first: str) -> Callable[[pa.RecordBatch], pa.Array]:
@@ -353,7 +372,7 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
                 SummaryOutput(context, table, f"{table}.csv", cells([]), by_device=False, line_end=CRLF)
                 for table, cells in (
                     ("op_statistic", op_statistic_cells),
-                    ("api_statistic", api_statistic_cells),
+                    ("api_statistic", _api_statistic_cells),
                 )
             ),
         ]
