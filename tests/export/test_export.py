@@ -523,13 +523,17 @@ def test_op_summary_quotes_shapes_and_starts_each_device_with_a_zero_wait(graph_
         seen.add(row["Device_id"])
 
 
-def test_no_communication_statistic_without_a_communication_op_type(graph_run: Run) -> None:
-    """msprof writes communication_statistic only when some communication op has a type; the simulator
-    gives its all-reduces no GE node info, so none has one."""
+def test_communication_statistic_counts_each_typed_communication_op(graph_run: Run) -> None:
+    """One row per op type and device, counting the communication ops (msprof's HcclOpReport); the
+    all-reduces get their type from GE's node info (communication_statistic_rows: no file without)."""
     graph_run.export("msprof", "summary")
-    out = graph_run.out / "msprof" / "mindstudio_profiler_output"
-    assert profstream.open(graph_run.raw).table("comm").read_all().num_rows
-    assert not list(out.glob("communication_statistic_*"))
+    written = rows(
+        one(graph_run.out / "msprof" / "mindstudio_profiler_output", "communication_statistic_*.csv")
+    )
+    comm = profstream.open(graph_run.raw).table("comm").read_all().to_pylist()
+    expected = Counter((str(c["device_id"]), c["op_type"]) for c in comm)
+    assert None not in {t for _, t in expected}
+    assert {(r["Device_id"], r["OP Type"]): int(r["Count"]) for r in written} == dict(expected)
 
 
 def _with_experimental_config(raw: Path, **config: str) -> None:

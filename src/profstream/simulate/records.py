@@ -14,7 +14,8 @@ when (specs/cann_raw_formats.md §2 and the CANN sources it cites):
 - ``node_basic_info`` and ``tensor_info`` are stamped at the end of the node
   launch API (GE's ``ReportTaskDescInfo``); static-shape ops go to ``unaging``
   files, dynamic-shape ones to ``aging`` (msprof's opState rule, §1.3);
-- an all-reduce reports a node launch API, an HCCL API (level 5500, master
+- an all-reduce reports a node launch API (with its node_basic_info, GE task
+  type HCCL, and tensor_info, as for compute ops), an HCCL API (level 5500, master
   type 0x10001) with ``hccl_op_info`` at its begin + 1 tick, and one
   ``hccl_info`` per task at the task's launch;
 - STARS ids (910B): the main compute stream's logs use the 0x1000 packing, the
@@ -607,14 +608,15 @@ def _task_track(chunk: Chunk, ctx: DeviceContext) -> Rows:
     return Rows("task_track", columns, times).ordered()
 
 
-def _compute_ops(t: Template) -> I64:
-    return np.flatnonzero(t.op_catalog >= 0)
+def _described_ops(t: Template) -> I64:
+    """The ops GE reports node info for: compute ops and all-reduces (GE task type HCCL)."""
+    return np.flatnonzero((t.op_catalog >= 0) | (t.item_kind[t.op_item] == ITEM_HCCL))
 
 
 def _node_info(chunk: Chunk, ctx: DeviceContext) -> dict[HostKey, Rows]:
-    """node_basic_info and tensor_info per compute op, split into unaging (static) and aging (dynamic)."""
+    """node_basic_info and tensor_info per described op, split into unaging (static) and aging (dynamic)."""
     t, steps = ctx.template, chunk.steps
-    ops = _compute_ops(t)
+    ops = _described_ops(t)
     at = _item_times(chunk, t.op_item[ops], "launch_end")
     cnt = ctx.host.to_host_cnt(at)
     op = np.tile(ops, steps)

@@ -397,10 +397,10 @@ def test_every_simulated_task_gets_the_op_the_truth_says(simulated: Simulated) -
             assert got["op_state"][i] in ("static", "dynamic")
             assert (got["input_formats"][i], got["output_data_types"][i]) == ("ND;ND", "FLOAT16")
         elif category == "communication":
-            # the simulator writes no node_basic_info for all-reduces, so their op type is unknown
+            # op name from the HCCL API, op type from the all-reduce's node info
             assert (got["op_name"][i], got["op_type"][i], got["task_type"][i]) == (
                 want["op_name"][i],
-                None,
+                want["op_type"][i],
                 "HCCL",
             )
         else:  # the H2D copy: launched by aclrtMemcpyAsync outside any node API, so it has no op name
