@@ -607,3 +607,31 @@ def test_torch_npu_api_statistic_names_the_communication_level_hccl(torch_run: R
         for r in rows(one(torch_run.out / "msprof" / "mindstudio_profiler_output", "api_statistic_*.csv"))
     }
     assert "communication" in msprof_levels
+
+
+def test_step_trace_events_as_msprof_python_path_writes_them(graph_run: Run) -> None:
+    """Names and args of the Step Trace layer (``StepTraceViewer``, ``TimeLineJsonMaker``): times as
+    3-decimal local µs strings, durations as numbers, Reduce_{iteration}_{k} with its own keys."""
+    graph_run.export("msprof", "timeline")
+    events = json.loads(
+        one(graph_run.out / "msprof" / "mindstudio_profiler_output", "msprof_*.json").read_text()
+    )
+    keys = {
+        "Iteration Time": ["Iteration ID", "FP Start", "BP End", "Iteration End", "Iteration Time(us)"],
+        "FP_BP Time": ["Iteration ID", "FP Start", "BP End", "FP_BP Time(us)"],
+        "Iteration Refresh": ["Iteration ID", "BP End", "Iteration End", "Iteration Refresh(us)"],
+    }
+    for category, expected in keys.items():
+        found = [e for e in events if e.get("cat") == category]
+        assert found and all(list(e["args"]) == expected for e in found), category
+        for e in found:
+            stamps = [v for k, v in e["args"].items() if k in ("FP Start", "BP End", "Iteration End")]
+            assert all(isinstance(v, str) and _decimals(v) == 3 for v in stamps)
+            assert isinstance(e["args"][expected[-1]], float)
+    reduces = [e for e in events if e.get("cat") == "Reduce"]
+    assert reduces
+    for e in reduces:
+        iteration, k = e["name"].removeprefix("Reduce_").split("_")
+        assert int(iteration) == e["args"]["Iteration ID"]
+        assert list(e["args"]) == ["Iteration ID", f"Reduce Start {k}", f"Reduce End {k}"]
+        assert e["args"][f"Reduce Start {k}"] == e["ts"]

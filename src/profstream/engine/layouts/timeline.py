@@ -345,7 +345,6 @@ class StepTrace(_Layer):
             lambda t: t,
         )
         iteration = text(rows.column("iteration_id"))
-        wall = self.context.wall_offset_ns
         yield CompleteEvents(
             name=pc.binary_join_element_wise("Iteration ", iteration, ""),
             pid=pid,
@@ -355,10 +354,10 @@ class StepTrace(_Layer):
             cat="Iteration Time",
             args={
                 "Iteration ID": rows.column("iteration_id"),
-                "FP Start": _micros(rows.column("fp_ns"), wall),
-                "BP End": _micros(rows.column("bp_ns"), wall),
-                "Iteration End": _micros(rows.column("end_ns"), wall),
-                "Iteration Time(us)": pc.divide(pc.cast(duration(rows), pa.float64()), 1000.0),
+                "FP Start": self._stamp(rows, "fp_ns"),
+                "BP End": self._stamp(rows, "bp_ns"),
+                "Iteration End": self._stamp(rows, "end_ns"),
+                "Iteration Time(us)": _span_us(rows, "start_ns", "end_ns"),
             },
         )
         both = rows.filter(pc.and_(pc.is_valid(rows.column("fp_ns")), pc.is_valid(rows.column("bp_ns"))))
@@ -372,7 +371,12 @@ class StepTrace(_Layer):
                 ts_ns=local(self.context, both.column("fp_ns")),
                 dur_ns=duration(both, "fp_ns", "bp_ns"),
                 cat="FP_BP Time",
-                args={"Iteration ID": both.column("iteration_id")},
+                args={
+                    "Iteration ID": both.column("iteration_id"),
+                    "FP Start": self._stamp(both, "fp_ns"),
+                    "BP End": self._stamp(both, "bp_ns"),
+                    "FP_BP Time(us)": _span_us(both, "fp_ns", "bp_ns"),
+                },
             )
             yield CompleteEvents(
                 name=pc.binary_join_element_wise("Iteration Refresh ", both_iter, ""),
@@ -381,36 +385,71 @@ class StepTrace(_Layer):
                 ts_ns=local(self.context, both.column("bp_ns")),
                 dur_ns=duration(both, "bp_ns", "end_ns"),
                 cat="Iteration Refresh",
-                args={"Iteration ID": both.column("iteration_id")},
+                args={
+                    "Iteration ID": both.column("iteration_id"),
+                    "BP End": self._stamp(both, "bp_ns"),
+                    "Iteration End": self._stamp(both, "end_ns"),
+                    "Iteration Refresh(us)": _span_us(both, "bp_ns", "end_ns"),
+                },
             )
         yield from self._reduces(pid, rows)
 
+    def _stamp(self, rows: pa.RecordBatch, column: str) -> pa.Array:
+        """A time of the args: local µs as msprof's Python path writes it (a 3-decimal string, ``N/A``
+        when absent; ``StepTraceViewer.calculate_localtime``)."""
+        return pc.fill_null(micros_text(local(self.context, rows.column(column))), "N/A")
+
     def _reduces(self, pid: int, rows: pa.RecordBatch) -> Iterator[Events]:
+        """``Reduce_{iteration}_{k}`` with args ``Reduce Start k`` / ``Reduce End k``
+        (``StepTraceViewer.format_reduce_json``): one batch per k, as the args' keys name it."""
         starts = rows.column("reduce_start_ns")
         flat_start = pc.list_flatten(starts)
         if not len(flat_start):
             return
         parent = pc.list_parent_indices(starts)
-        position = np.arange(len(flat_start)) - np.repeat(
-            np.r_[0, np.cumsum(pc.list_value_length(starts).fill_null(0).to_numpy())][:-1],
-            pc.list_value_length(starts).fill_null(0).to_numpy(),
+        lengths = pc.list_value_length(starts).fill_null(0).to_numpy()
+        position = np.arange(len(flat_start)) - np.repeat(np.r_[0, np.cumsum(lengths)][:-1], lengths)
+        reduces = pa.RecordBatch.from_pydict(
+            {
+                "iteration_id": pc.take(rows.column("iteration_id"), parent),
+                "model_id": pc.take(rows.column("model_id"), parent),
+                "start_ns": flat_start,
+                "end_ns": pc.list_flatten(rows.column("reduce_end_ns")),
+                "k": position,
+            }
         )
-        flat_end = pc.list_flatten(rows.column("reduce_end_ns"))
-        iteration = pc.take(rows.column("iteration_id"), parent)
-        yield CompleteEvents(
-            name=pc.binary_join_element_wise("Reduce_", text(iteration), text(pa.array(position)), "_"),
-            pid=pid,
-            tid=pc.add(pc.take(rows.column("model_id"), parent), STEP_TRACE_TID),
-            ts_ns=local(self.context, flat_start),
-            dur_ns=pc.subtract(flat_end, flat_start),
-            cat="Reduce",
-            args={"Iteration ID": iteration},
-        )
+        for k in np.unique(position).tolist():
+            batch = reduces.filter(pc.equal(reduces.column("k"), k))
+            yield CompleteEvents(
+                name=pc.binary_join_element_wise("Reduce_", text(batch.column("iteration_id")), f"_{k}", ""),
+                pid=pid,
+                tid=pc.add(batch.column("model_id"), STEP_TRACE_TID),
+                ts_ns=local(self.context, batch.column("start_ns")),
+                dur_ns=duration(batch),
+                cat="Reduce",
+                args={
+                    "Iteration ID": batch.column("iteration_id"),
+                    f"Reduce Start {k}": self._stamp(batch, "start_ns"),
+                    f"Reduce End {k}": self._stamp(batch, "end_ns"),
+                },
+            )
 
 
-def _micros(ns: pa.Array, wall_offset_ns: int) -> pa.Array:
-    """A local timestamp as µs (float) for an args value; absent stays absent (msprof writes N/A)."""
-    return pc.divide(pc.cast(pc.add(ns, wall_offset_ns), pa.float64(), safe=False), 1000.0)
+def _span_us(rows: pa.RecordBatch, start: str, end: str) -> pa.Array:
+    """A duration of the args in µs (a number, as msprof's ``calculate_duration`` gives it)."""
+    return pc.divide(pc.cast(duration(rows, start, end), pa.float64()), 1000.0)
+
+
+def micros_text(ns: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """ns as µs text with exactly three decimals (``-`` before a negative value; null stays null)."""
+    ns = pc.cast(ns, pa.int64())
+    size = pc.abs(ns)
+    whole = pc.divide(size, 1000)  # integer division
+    digits = pc.utf8_lpad(
+        pc.cast(pc.subtract(size, pc.multiply(whole, 1000)), pa.string()), width=3, padding="0"
+    )
+    sign = pc.if_else(pc.less(ns, 0), "-", "")
+    return pc.binary_join_element_wise(sign, pc.cast(whole, pa.string()), ".", digits, "")
 
 
 class NpuMem(_Layer):

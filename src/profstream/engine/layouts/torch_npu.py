@@ -62,6 +62,7 @@ from profstream.engine.layouts.timeline import (
     cann_layers,
     framework_layers,
     map_text,
+    micros_text,
     text,
     torch_op_lines,
 )
@@ -189,17 +190,7 @@ def _operator_memory_duration(batch: pa.RecordBatch) -> pa.Array:
     ``prof_bean/_ge_op_memory_bean.py``, and the real file of rank 0 in shared/realdata)."""
     ns = pc.cast(batch.column("duration_ns"), pa.int64())
     micros = float_text(pc.divide(pc.cast(ns, pa.float64()), 1000.0))
-    return pc.if_else(_is_ge(batch), micros, _fixed_text(ns))
-
-
-def _fixed_text(ns: pa.Array) -> pa.Array:
-    """ns as µs text with three decimals and a TAB (what a ``timestamp_us`` cell prints)."""
-    size = pc.abs(ns)
-    whole = pc.divide(size, 1000)  # integer division
-    part = pc.subtract(size, pc.multiply(whole, 1000))
-    sign = pc.if_else(pc.less(ns, 0), "-", "")
-    digits = pc.utf8_lpad(pc.cast(part, pa.string()), width=3, padding="0")
-    return pc.binary_join_element_wise(sign, pc.cast(whole, pa.string()), ".", digits, "\t", "")
+    return pc.if_else(_is_ge(batch), micros, pc.binary_join_element_wise(micros_text(ns), "\t", ""))
 
 
 def _api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
