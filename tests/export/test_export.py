@@ -635,3 +635,15 @@ def test_step_trace_events_as_msprof_python_path_writes_them(graph_run: Run) -> 
         assert int(iteration) == e["args"]["Iteration ID"]
         assert list(e["args"]) == ["Iteration ID", f"Reduce Start {k}", f"Reduce End {k}"]
         assert e["args"][f"Reduce Start {k}"] == e["ts"]
+
+
+def test_torch_npu_empty_sums_print_as_integer_zero(torch_run: Run) -> None:
+    """torch_npu's sums start at the integer 0, so an empty one prints ``0`` (the real step_trace_time.csv
+    and operator_details.csv never print ``0.0``)."""
+    torch_run.export("torch_npu", "summary")
+    out = torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT"
+    steps, details = rows(out / "step_trace_time.csv"), rows(out / "operator_details.csv")
+    cells = [v for r in steps for k, v in r.items() if k != "Step"]
+    cells += [v for r in details for k, v in r.items() if k.endswith("(us)")]
+    assert "0" in cells and "0.0" not in cells
+    assert all(float(v) > 0 for v in cells if v != "0")

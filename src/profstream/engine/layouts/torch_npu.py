@@ -193,6 +193,19 @@ def _operator_memory_duration(batch: pa.RecordBatch) -> pa.Array:
     return pc.if_else(_is_ge(batch), micros, pc.binary_join_element_wise(micros_text(ns), "\t", ""))
 
 
+def summed_micros(header: str, column: str) -> Cell:
+    """A sum of ns as µs the way torch_npu prints its sums: a float, but the integer ``0`` where nothing
+    was added (its sums start at ``0``: ``_trace_step_time_parser`` ``default_time``, ``sum([])`` in
+    ``_operator_view_parser``; the real files print ``0``, never ``0.0``)."""
+    micros = scaled(column, 1000.0)
+
+    def values(batch: pa.RecordBatch) -> pa.Array:
+        sums = micros(batch)
+        return pc.if_else(pc.equal(sums, 0.0), pa.scalar(None, pa.float64()), sums)
+
+    return Cell(header, values, null="0")
+
+
 def _api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
     """api_statistic.csv as that CANN generation printed it: the communication level is ``hccl`` (every
     api_statistic.csv of msinsight-torchnpu-910b; msprof's current code says ``communication``)."""
@@ -271,7 +284,7 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
                 Cell("Input Shapes", lambda b: torch_op_lines(b.column("input_shapes")), null=""),
                 Cell("Call Stack", lambda b: torch_op_lines(b.column("call_stack")), null=""),
                 *(
-                    Cell(header, scaled(column, 1000.0))
+                    summed_micros(header, column)
                     for header, column in (
                         ("Host Self Duration(us)", "host_self_ns"),
                         ("Host Total Duration(us)", "host_total_ns"),
@@ -291,7 +304,7 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
             "step_trace_time.csv",
             [
                 Cell("Step", "step", null=""),
-                *(Cell(header, scaled(column, 1000.0)) for header, column in STEP_TIME_COLUMNS),
+                *(summed_micros(header, column) for header, column in STEP_TIME_COLUMNS),
             ],
             line_end=CRLF,
         ),
