@@ -141,6 +141,15 @@ def test_absent_values_are_left_out_or_printed_as_the_null_text() -> None:
     ]
 
 
+def test_a_numeric_null_text_prints_as_a_number_in_objects() -> None:
+    """msprof writes some absent values as numbers (a first wait ``0``, a release-only sample ``-1``)."""
+    template = Template(2)
+    template.member("w", pa.array([None, 0.5]), null="0")
+    template.member("r", pa.array([None, 3]), null="-1")
+    template.member("t", pa.array([None, 1.5]), null="1e-05x")
+    assert render(template) == [b'{"w":0,"r":-1,"t":"1e-05x"}', b'{"w":0.5,"r":3,"t":1.5}']
+
+
 def test_scalars_apply_to_every_row_and_constants_are_fixed_text() -> None:
     """A Python scalar (or one-value array) repeats for every row."""
     template = Template(2)

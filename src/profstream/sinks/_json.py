@@ -31,6 +31,7 @@ known cause of traces that viewers refuse (peers.md §2, pytorch/pytorch#130622)
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -357,6 +358,15 @@ def _encode(value: ColumnLike, rows: int, name: str, role: Role) -> tuple[int, _
 # ------------------------------------------------------------------------------------- templates
 
 
+#: a JSON number literal (RFC 8259 §6)
+_JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def json_value(text: str) -> bytes:
+    """``text`` as a JSON value: as it is when it is a JSON number, else a JSON string."""
+    return text.encode() if _JSON_NUMBER.fullmatch(text) else json_text(text)
+
+
 def json_text(value: str) -> bytes:
     """A Python string as JSON text, with the kernel's escaping (see the module docstring)."""
     return json.dumps(value, ensure_ascii=False).encode()
@@ -443,8 +453,9 @@ class Template:
         """A member from a column; roles ``ts``/``ts_tab``/``dur`` read int64 ns (module docstring),
         ``raw`` copies strings as they are (a CSV sink's quoted cells).
 
-        An absent value leaves the member out when ``null`` is None, else prints ``null`` (as a JSON
-        string in an object, as it is in a line); a ``required`` member refuses absent values.
+        An absent value leaves the member out when ``null`` is None, else prints ``null`` (in an object
+        as a JSON number when it is one, e.g. msprof's ``0`` or ``-1``, else as a JSON string; as it is
+        in a line); a ``required`` member refuses absent values.
         ``wrap`` is the text around a present value; by default the quotes of a JSON string around
         ``ts``/``ts_tab`` (with the escaped TAB), and only the TAB of ``ts_tab`` in a line.
         """
@@ -460,7 +471,7 @@ class Template:
             col = len(self._texts)
             self._texts.append(encoded)
         before, after = wrap if wrap is not None else self._default_wrap(role)
-        null_text = None if null is None else null.encode() if self._line else json_text(null)
+        null_text = None if null is None else null.encode() if self._line else json_value(null)
         self._add(kind, col, self._key(key), (before.encode(), after.encode()), null_text)
 
     def _default_wrap(self, role: Role) -> tuple[str, str]:
