@@ -591,6 +591,15 @@ def test_torch_op_args_and_operator_details_as_torch_npu_prints_them(torch_run: 
     assert shapes and all(_lines_after_each_semicolon(s) for s in shapes)
     starts = [e for e in events if e.get("ph") == "s" and e.get("cat") in ("async_npu", "async_task_queue")]
     assert starts and all(e.get("bp") == "e" for e in starts)  # both flow ends bound, as torch_npu writes
+    python = {e["pid"] for e in events if e["name"] == "process_name" and e["args"]["name"] == "Python"}
+    sort = {
+        e["tid"]: e["args"]["sort_index"]
+        for e in events
+        if e["name"] == "thread_sort_index" and e["pid"] in python
+    }
+    dequeue = {e["tid"] for e in events if e["name"].startswith("Dequeue@")}
+    assert dequeue and sort  # the dequeue thread sorts after every thread (TraceEventManager.create_m_event)
+    assert all(sort[t] == (max(sort) + 1 if t in dequeue else t) for t in sort)
 
 
 def test_torch_npu_api_statistic_names_the_communication_level_hccl(torch_run: Run) -> None:

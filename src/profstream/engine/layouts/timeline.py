@@ -502,7 +502,12 @@ def torch_op_lines(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 class TorchOps(_Layer):
-    """torch ops, Enqueue and Dequeue on the "Python" process (framework_outputs.md §3.1)."""
+    """torch ops, Enqueue and Dequeue on the "Python" process (framework_outputs.md §3.1).
+
+    A thread's sort index is its tid, the dequeue thread's the largest tid of the process plus one
+    (``TraceEventManager.create_m_event``); threads are described when first seen, so that largest
+    tid is the largest one seen by then.
+    """
 
     table = "ops"
 
@@ -511,10 +516,12 @@ class TorchOps(_Layer):
         for pid in pc.unique(pids).to_pylist():
             rows = batch.filter(pc.equal(pids, pid)) if pc.count_distinct(pids).as_py() > 1 else batch
             yield from self.processes.process(pid, "Python", "CPU", 0)
-            yield from self.processes.threads(
-                pid, pc.unique(rows.column("tid")).to_pylist(), lambda t: f"Thread {t}", lambda t: t
-            )
             kind = text(rows.column("kind"))
+            tids = pc.unique(rows.column("tid")).to_pylist()
+            dequeue = set(pc.unique(rows.filter(pc.equal(kind, "dequeue")).column("tid")).to_pylist())
+            # torch_npu sorts the dequeue thread after every thread of the process
+            sort_index = {t: max(tids) + 1 if t in dequeue else t for t in tids}
+            yield from self.processes.threads(pid, tids, lambda t: f"Thread {t}", sort_index.__getitem__)
             for category in pc.unique(kind).to_pylist():
                 yield self._ops(rows.filter(pc.equal(kind, category)), category)
 
