@@ -99,11 +99,11 @@ def scaled(column: str, divisor: float) -> Callable[[pa.RecordBatch], pa.Array]:
     return values
 
 
-def kilobytes(header: str, column: str, divisor: float = 1024.0) -> Cell:
+def kilobytes(header: str, column: str, divisor: float = 1024.0, null: str = "N/A") -> Cell:
     """bytes as KB (or MB with ``divisor`` 1024²) rounded to 3 decimals, as msprof's memory viewers
     print them (``viewer/npu_mem_viewer.py``, ``npu_mem_rec_viewer.py``, ``npu_op_mem_viewer.py``)."""
     values = scaled(column, divisor)
-    return Cell(header, lambda batch: pc.round(values(batch), 3))
+    return Cell(header, lambda batch: pc.round(values(batch), 3), null=null)
 
 
 def metric_header(name: str) -> str:
@@ -550,13 +550,8 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 device,
                 Cell("Component", "component"),
                 stamp("Timestamp(us)", "time_ns"),
-                Cell(  # msprof rounds positive sizes and prints a release-only sample as the integer -1
-                    "Total Reserved(KB)",  # (viewer/npu_module_mem_viewer.py _npu_module_mem_reformat)
-                    lambda b: pc.round(
-                        pc.divide(pc.cast(b.column("total_reserved_bytes"), pa.float64()), 1024.0), 3
-                    ),
-                    null="-1",
-                ),
+                # a release-only sample prints as the integer -1 (NpuModuleMemViewer._npu_module_mem_reformat)
+                kilobytes("Total Reserved(KB)", "total_reserved_bytes", null="-1"),
                 Cell("Device", device_type),
             ],
             fmt=fmt,

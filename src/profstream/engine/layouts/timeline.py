@@ -519,8 +519,8 @@ class TorchOps(_Layer):
             kind = text(rows.column("kind"))
             tids = pc.unique(rows.column("tid")).to_pylist()
             dequeue = set(pc.unique(rows.filter(pc.equal(kind, "dequeue")).column("tid")).to_pylist())
-            # torch_npu sorts the dequeue thread after every thread of the process
-            sort_index = {t: max(tids) + 1 if t in dequeue else t for t in tids}
+            after_all = max(tids) + 1  # torch_npu sorts the dequeue thread after every thread of the process
+            sort_index = {t: after_all if t in dequeue else t for t in tids}
             yield from self.processes.threads(pid, tids, lambda t: f"Thread {t}", sort_index.__getitem__)
             for category in pc.unique(kind).to_pylist():
                 yield self._ops(rows.filter(pc.equal(kind, category)), category)
