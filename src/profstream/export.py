@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -276,6 +276,7 @@ def layout_context(
         process_id=_process_id(collection),
         window=window,
         csv_slice_rows=csv_slice_rows,
+        collection_start_ns=collection.collection_starts_ns,
     )
 
 
@@ -313,7 +314,9 @@ def _export_one(
             if table in tables:
                 tables.discard(table)
                 tables.add(source)
-                statistics.setdefault(source, []).extend(_aggregators(table, context.devices))
+                statistics.setdefault(source, []).extend(
+                    _aggregators(table, context.devices, context.collection_start_ns)
+                )
     router = Router(built, window, statistics)
     # msprof.py reads no FRAMEWORK files and none of its outputs need them (the window above may)
     planner = Planner(
@@ -366,12 +369,13 @@ class _Span:
         return min(max((watermark - self.start) / (self.end - self.start), 0.0), 1.0)
 
 
-def _aggregators(table: str, devices: Sequence[int]) -> list[Operator]:
+def _aggregators(table: str, devices: Sequence[int], starts: Mapping[int, int]) -> list[Operator]:
+    """The statistic operators of ``table``, with the plan's collection-start filters (plan.py)."""
     if table == "api_statistic":
         return [ApiStatistic()]
     if table == "op_statistic":
-        return [OpStatistic(d) for d in devices]
-    return [CommStatistic(d) for d in devices]
+        return [OpStatistic(d, start_ns=starts.get(d)) for d in devices]
+    return [CommStatistic(d, start_ns=starts.get(d)) for d in devices]
 
 
 def _window(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -657,3 +658,108 @@ def test_torch_npu_empty_sums_print_as_integer_zero(torch_run: Run) -> None:
     cells += [v for r in details for k, v in r.items() if k.endswith("(us)")]
     assert "0" in cells and "0.0" not in cells
     assert all(float(v) > 0 for v in cells if v != "0")
+
+
+def _start_later(raw: Path, device: int, fraction: float) -> tuple[Decimal, int]:
+    """Move ``device``'s collection start (its start_info ``clockMonotonicRaw``) ``fraction`` of the way
+    into its tasks, just after a task's start so that task spans it; returns S as local µs and host ns."""
+    starts = sorted(
+        t["start_ns"]
+        for t in profstream.open(raw).table("tasks").read_all().to_pylist()
+        if t["device_id"] == device
+    )
+    start_ns = starts[int(len(starts) * fraction)] + 1
+    collection = profstream.open(raw).collections[0]
+    [info] = collection.device(device).path.glob("start_info.*[0-9]")
+    doc = json.loads(info.read_text())
+    doc["clockMonotonicRaw"] = str(start_ns)
+    info.write_text(json.dumps(doc))
+    return micros(start_ns + collection.wall_offset_ns), start_ns
+
+
+def _kept(start: Decimal, end: Decimal, s: Decimal) -> bool:
+    """``Utils.filter_data_by_start_time_condition``: after S, or spanning it."""
+    return start > s or start < s < end
+
+
+def test_msprof_outputs_leave_out_what_ran_before_each_devices_collection_start(
+    graph_run: Run, tmp_path: Path
+) -> None:
+    """Per device, op_summary, task_time and step_trace keep the rows that start after the device's
+    collection start S or span it, op_statistic counts tasks from S on, and the device's timeline layers
+    draw nothing that ended before S (msprof_outputs.md §3.5 item 3). The waits are computed over every
+    row and the first kept row's is 0. Device 1 keeps its own (earlier) start: its rows are unchanged."""
+    graph_run.export("msprof")
+    before = graph_run.out / "msprof" / "mindstudio_profiler_output"
+    raw = tmp_path / "raw"
+    shutil.copytree(graph_run.raw, raw)
+    s_us, s_ns = _start_later(raw, 0, 0.4)
+    export(raw, kind="both", layout="msprof", output=tmp_path / "out")
+    after = tmp_path / "out" / "mindstudio_profiler_output"
+
+    old, new = rows(one(before, "op_summary_*.csv")), rows(one(after, "op_summary_*.csv"))
+    expected = []
+    uncounted: Counter[str] = Counter()  # per group, its communication ops before S
+    for row in old:
+        start = Decimal(row["Task Start Time(us)"].rstrip("\t"))
+        communication = row["Task Type"] == "COMMUNICATION"
+        group, index, iteration = row["Op Name"].rsplit("_", 2) if communication else ("", "", "")
+        if row["Device_id"] != "0" or _kept(start, start + Decimal(row["Task Duration(us)"]), s_us):
+            if communication and row["Device_id"] == "0":  # counted from S on (update_op_name_by_group_name)
+                row["Op Name"] = f"{group}_{int(index) - uncounted[group]}_{iteration}"
+            expected.append(dict(row))
+        elif communication:
+            uncounted[group] += 1
+    assert uncounted
+    first = next(i for i, r in enumerate(expected) if r["Device_id"] == "0")
+    assert expected[first]["Task Wait Time(us)"] != "0"  # a later row: its wait becomes 0
+    expected[first]["Task Wait Time(us)"] = "0"
+    assert 0 < sum(r["Device_id"] == "0" for r in new) < sum(r["Device_id"] == "0" for r in old)
+    assert new == expected
+
+    old_times, new_times = rows(one(before, "task_time_*.csv")), rows(one(after, "task_time_*.csv"))
+    assert new_times == [
+        r
+        for r in old_times
+        if r["Device_id"] != "0"
+        or _kept(Decimal(r["task_start(us)"].rstrip("\t")), Decimal(r["task_stop(us)"].rstrip("\t")), s_us)
+    ]
+    assert len(new_times) < len(old_times)
+
+    old_steps, new_steps = rows(one(before, "step_trace_*.csv")), rows(one(after, "step_trace_*.csv"))
+    assert new_steps == [
+        r
+        for r in old_steps
+        if r["Device_id"] != "0"
+        or _kept(
+            Decimal(r["Iteration End(us)"].rstrip("\t")) - Decimal(r["Iteration Time(us)"]),
+            Decimal(r["Iteration End(us)"].rstrip("\t")),
+            s_us,
+        )
+    ]
+    assert len(new_steps) < len(old_steps)
+
+    tasks = profstream.open(raw).table("tasks").read_all().to_pylist()
+    counted = Counter(
+        (t["op_type"], t["task_type"]) for t in tasks if t["device_id"] == 0 and t["start_ns"] >= s_ns
+    )
+    statistic = {
+        (r["OP Type"], r["Core Type"]): int(r["Count"])
+        for r in rows(one(after, "op_statistic_*.csv"))
+        if r["Device_id"] == "0"
+    }
+    assert statistic and all(counted[key] == count for key, count in statistic.items())
+    old_statistic = [r for r in rows(one(before, "op_statistic_*.csv")) if r["Device_id"] == "1"]
+    assert [r for r in rows(one(after, "op_statistic_*.csv")) if r["Device_id"] == "1"] == old_statistic
+
+    def device_events(directory: Path, device: int) -> list[dict[str, object]]:
+        events = json.loads(one(directory, "msprof_*.json").read_text())
+        return [e for e in events if e["ph"] in ("X", "C") and e["pid"] & 31 == device]
+
+    drawn = device_events(after, 0)
+    assert all(
+        Decimal(e["ts"]) >= s_us or Decimal(e["ts"]) + Decimal(str(e.get("dur", 0))) > s_us for e in drawn
+    )
+    assert any(Decimal(e["ts"]) < s_us for e in device_events(before, 0))
+    assert len(drawn) < len(device_events(before, 0))
+    assert len(device_events(after, 1)) == len(device_events(before, 1))

@@ -112,6 +112,17 @@ class Profile:
         controls = self.controls
         return controls[0].start_info.wall_offset_ns if controls else 0
 
+    @property
+    def collection_starts_ns(self) -> dict[int, int]:
+        """Per device, its start_info ``clockMonotonicRaw`` (host ns): msprof's outputs leave out what
+        ran before it (msprof_outputs.md §3.5 item 3; ``InfoConfReader.get_collect_time`` reads each
+        dir's own start_info)."""
+        return {
+            d.device_id: d.metadata.start_info.clock_monotonic_raw
+            for d in self.devices
+            if d.device_id is not None and d.metadata is not None
+        }
+
     def framework_clock(self) -> FrameworkClock:
         """torch_npu's conversion: host/info.json, host/host_start.log, the CANN start_info."""
         if self.profiler_info is None:

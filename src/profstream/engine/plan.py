@@ -191,6 +191,7 @@ class Planner:
 
     def _operators(self) -> list[Operator]:
         ops: list[Operator] = []
+        starts = self.collection.collection_starts_ns  # the statistics leave out what ran before
         if self._has("api_event"):
             ops += [ApiEvents(self.dictionaries), ApiStatistic()]
         framework = self._has("torch_op_range")
@@ -212,12 +213,17 @@ class Planner:
                         metrics=self.metric_layout(d),
                         streamed=streamed,
                     ),
-                    OpStatistic(d),
+                    OpStatistic(d, start_ns=starts.get(d)),
                 ]
                 if self._has("api_event", "hccl_info"):
                     ops += [
-                        Communication(d, self.dictionaries, op_info=self._has("hccl_op_info")),
-                        CommStatistic(d),
+                        Communication(
+                            d,
+                            self.dictionaries,
+                            op_info=self._has("hccl_op_info"),
+                            collection_start_ns=starts.get(d),
+                        ),
+                        CommStatistic(d, start_ns=starts.get(d)),
                         CommAnalysis(d),
                         Overlap(d, self._step_source(d, framework)),
                     ]

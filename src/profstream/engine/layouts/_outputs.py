@@ -24,12 +24,13 @@ import contextlib
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -62,6 +63,8 @@ class Context:
     process_id: int  #: info.json ``pid``: the high bits of msprof's timeline pids
     window: tuple[int, int] | None = None  #: ``--model-id/--iteration-id`` time window (host ns)
     csv_slice_rows: int = CSV_LIMIT  #: data rows per file of a sliced (msprof-named) summary CSV
+    #: per device, its start_info ``clockMonotonicRaw`` (host ns): msprof leaves out what ran before it
+    collection_start_ns: Mapping[int, int] = field(default_factory=dict)
 
 
 Source = str | Callable[[pa.RecordBatch], pa.Array]
@@ -93,6 +96,33 @@ def stamp(header: str, source: Source, null: str = "N/A") -> Cell:
 
 
 Format = Literal["csv", "json"]
+
+
+def after_collection_start(
+    batch: pa.RecordBatch,
+    starts: Mapping[int, int],
+    start: str = "start_ns",
+    end: str | None = "end_ns",
+    *,
+    at_start: bool = False,
+) -> npt.NDArray[np.bool_]:
+    """The rows msprof keeps after their device's collection start S (msprof_outputs.md §3.5, item 3).
+
+    A row is kept when it starts after S or spans it (start < S < end), as
+    ``Utils.filter_data_by_start_time_condition`` keeps summary rows; ``at_start`` also keeps rows
+    starting at S, as the timeline does (``MsprofTimeline.is_in_iteration``). Without ``end`` (counters)
+    only the start counts. Devices without a known S keep everything.
+    """
+    devices = batch.column("device_id").to_numpy(zero_copy_only=False)
+    bound = np.full(len(devices), np.iinfo(np.int64).min, np.int64)
+    for device, s in starts.items():
+        bound[devices == device] = s
+    first = np.asarray(batch.column(start).fill_null(np.iinfo(np.int64).max).to_numpy(), np.int64)
+    kept: npt.NDArray[np.bool_] = (first >= bound) if at_start else (first > bound)
+    if end is not None:
+        last = np.asarray(batch.column(end).fill_null(np.iinfo(np.int64).min).to_numpy(), np.int64)
+        kept |= (first < bound) & (last > bound)
+    return kept
 
 
 def split_by(batch: pa.RecordBatch, keys: pa.Array) -> Iterator[tuple[Any, pa.RecordBatch]]:
@@ -360,6 +390,10 @@ class EventBuilder(ABC):
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         """The events of one batch (metadata included, the first time a process or thread appears)."""
 
+    def visible(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows the layer draws (all; msprof's device layers leave out what ran before the start)."""
+        return batch
+
 
 @dataclass
 class Processes:
@@ -437,7 +471,10 @@ class TimelineOutput(Output):
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         for builder in self._builders[table]:
-            for events in builder.events(batch):
+            rows = builder.visible(batch)
+            if not rows.num_rows:
+                continue
+            for events in builder.events(rows):
                 if events.rows:
                     self._writer().write_events(events)
 

@@ -55,6 +55,7 @@ from profstream.engine.layouts._outputs import (
     Source,
     SummaryOutput,
     TimelineOutput,
+    after_collection_start,
     split_by,
     stamp,
 )
@@ -318,20 +319,31 @@ class TaskRows(SummaryOutput):
 
 
 class WaitTime:
-    """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1), null on
-    each device's first row, which msprof writes as the integer ``0`` (:data:`FIRST_WAIT`;
-    ``AiCoreOpReport._format_summary_data``; msinsight-torchnpu-910b's kernel_details.csv shows it)."""
+    """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1), then keeps
+    the rows msprof keeps after the device's collection start (:func:`after_collection_start`).
 
-    def __init__(self) -> None:
+    The wait runs over every row, the left-out ones too, and the first row a device keeps gets a null
+    wait, which msprof writes as the integer ``0`` (:data:`FIRST_WAIT`): it computes the waits before
+    filtering and then zeroes the first kept row (``AiCoreOpReport._format_summary_data``,
+    ``get_op_summary_data``; msinsight-torchnpu-910b's kernel_details.csv shows the ``0``).
+    """
+
+    def __init__(self, context: Context) -> None:
         self._wait = TaskWaitTime()
+        self._starts = context.collection_start_ns
+        self._opened: set[int] = set()  #: devices whose first kept row has been written
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        wait, first = self._wait.rows(
-            batch.column("start_ns").to_numpy(),
-            batch.column("end_ns").to_numpy(),
-            batch.column("device_id").to_numpy(),
-        )
-        return batch.append_column("wait_ns", pa.array(wait, mask=first))
+        devices = batch.column("device_id").to_numpy()
+        wait = self._wait(batch.column("start_ns").to_numpy(), batch.column("end_ns").to_numpy(), devices)
+        kept = after_collection_start(batch, self._starts)
+        first = np.zeros(len(kept), np.bool_)
+        for device in np.unique(devices[kept]).tolist():
+            if device not in self._opened:
+                self._opened.add(device)
+                first[np.flatnonzero(kept & (devices == device))[0]] = True
+        batch = batch.append_column("wait_ns", pa.array(wait, mask=first))
+        return batch if kept.all() else batch.filter(pa.array(kept))
 
 
 #: how a device's first Task Wait Time prints (the other rows are rounded µs floats)
@@ -392,9 +404,11 @@ class StepTraceCsv(SummaryOutput):
             spool=True,
         )
 
-    @staticmethod
-    def _iterations(batch: pa.RecordBatch) -> pa.RecordBatch:
-        return batch.filter(pc.equal(text(batch.column("kind")), "model"))
+    def _iterations(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Model iterations, less those before the collection start (``get_step_trace_summary``)."""
+        model = pc.equal(text(batch.column("kind")), "model")
+        started = pa.array(after_collection_start(batch, self.context.collection_start_ns))
+        return batch.filter(pc.and_(model, started))
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
         """Every iteration read back at once: the columns depend on the busiest one."""
@@ -450,7 +464,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
     first_device = Cell(
         "Device_id", lambda b: pa.array([context.devices[0] if context.devices else 0] * b.num_rows)
     )
-    wait = WaitTime()
+    wait = WaitTime(context)
     outputs: list[Output] = [
         TaskRows(
             context,
@@ -490,7 +504,13 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 stamp("task_stop(us)", "end_ns"),
             ],
             fmt=fmt,
-            rows=lambda b: b.filter(pc.invert(sub_task_parents(b))),
+            # msprof leaves out tasks before the collection start (TaskOpViewer.get_task_op_summary)
+            rows=lambda b: b.filter(
+                pc.and_(
+                    pc.invert(sub_task_parents(b)),
+                    pa.array(after_collection_start(b, context.collection_start_ns)),
+                )
+            ),
         ),
         SummaryOutput(
             context,

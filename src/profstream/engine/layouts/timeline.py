@@ -31,7 +31,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profstream.engine.layouts._outputs import Context, EventBuilder, Processes, split_by
+from profstream.engine.layouts._outputs import (
+    Context,
+    EventBuilder,
+    Processes,
+    after_collection_start,
+    split_by,
+)
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents
 from profstream.sinks.chrome_trace import Events
@@ -92,9 +98,20 @@ def duration(batch: pa.RecordBatch, start: str = "start_ns", end: str = "end_ns"
 
 
 class _Layer(EventBuilder):
+    #: the start and end columns by which a device layer leaves out what ran before the collection
+    #: start (None: a host or framework layer, drawn whole)
+    span: tuple[str, str | None] | None = None
+
     def __init__(self, context: Context, processes: Processes) -> None:
         self.context = context
         self.processes = processes
+
+    def visible(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.span is None or not self.context.collection_start_ns:
+            return batch
+        start, end = self.span
+        kept = after_collection_start(batch, self.context.collection_start_ns, start, end, at_start=True)
+        return batch if kept.all() else batch.filter(pa.array(kept))
 
     def pid(self, sort_index: int, device: int) -> int:
         return format_pid(self.context.process_id, sort_index, device)
@@ -108,6 +125,7 @@ class AscendHardware(_Layer):
     """Device tasks per stream, and the HostToDevice flows that launched them."""
 
     table = "tasks"
+    span = ("start_ns", "end_ns")
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         batch = batch.filter(pc.invert(sub_task_parents(batch)))  # the parent is not drawn (§3.4)
@@ -230,6 +248,7 @@ class Communication(_Layer):
     """HCCL ops on their group's thread (§3.4); :class:`CommunicationTasks` draws the tasks."""
 
     table = "comm"
+    span = ("start_ns", "end_ns")
 
     def __init__(self, context: Context, processes: Processes, groups: _Groups) -> None:
         super().__init__(context, processes)
@@ -308,6 +327,7 @@ class OverlapAnalysis(_Layer):
     """The four Overlap Analysis lanes of each device (§3.4, §4a)."""
 
     table = "overlap"
+    span = ("start_ns", "end_ns")
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         for device, rows in per_device(batch):
@@ -328,6 +348,7 @@ class StepTrace(_Layer):
     """Model iterations on the Step Trace threads of Ascend Hardware (§3.6)."""
 
     table = "steps"
+    span = ("start_ns", "end_ns")
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         iterations = batch.filter(pc.equal(text(batch.column("kind")), "model"))
@@ -456,6 +477,7 @@ class NpuMem(_Layer):
     """APP and Device memory counters of each device (§3.4 NPU MEM), in KB."""
 
     table = "npu_mem"
+    span = ("time_ns", None)
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         for device, rows in per_device(batch):

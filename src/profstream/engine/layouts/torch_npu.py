@@ -129,7 +129,7 @@ class KernelDetails(TaskRows):
     """kernel_details.csv: op_summary's rows and columns, torch_npu's names, and the Step Id."""
 
     def __init__(self, context: Context, short: bool) -> None:
-        self._wait = WaitTime()
+        self._wait = WaitTime(context)
         super().__init__(
             context, "kernel_details.csv", [], label="HCCL", frame=self._frame_rows, line_end=CRLF
         )

@@ -398,13 +398,6 @@ class TaskWaitTime:
         self, start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, device_id: npt.ArrayLike | None = None
     ) -> npt.NDArray[np.int64]:
         """The wait before each row of one batch (rows in order)."""
-        return self.rows(start_ns, end_ns, device_id)[0]
-
-    def rows(
-        self, start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, device_id: npt.ArrayLike | None = None
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        """The wait before each row of one batch, and which rows are their device's first (msprof prints
-        those as the integer ``0``, the others as rounded floats)."""
         start = np.asarray(start_ns, np.int64)
         end = np.asarray(end_ns, np.int64)
         if start.shape != end.shape or start.ndim != 1:
@@ -413,7 +406,7 @@ class TaskWaitTime:
             )
             raise ValueError(msg)
         if start.size == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.bool_)
+            return np.zeros(0, np.int64)
         devices = np.full(start.size, -1, np.int64) if device_id is None else np.asarray(device_id, np.int64)
         previous_end = np.empty_like(end)
         previous_end[1:] = end[:-1]
@@ -425,7 +418,7 @@ class TaskWaitTime:
         wait[first] = 0
         self._device = int(devices[-1])
         self._end = int(end[-1])
-        return wait, first
+        return wait
 
     def snapshot(self) -> bytes:
         """The carried row, for a sink's checkpoint."""
