@@ -15,6 +15,11 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   device task on Ascend Hardware, ``id = str(connection_id << 32)``, name ``HostToDevice{id}``,
   for tasks with an op name.
 
+* Collection start (§3.5 item 3): each device layer draws only what starts at or after the device's
+  start_info ``clockMonotonicRaw`` or spans it, counters only samples from it on (``_Layer.span``;
+  Python ``MsprofTimeline.is_in_iteration``); flows follow their tasks. The CANN layer is drawn whole:
+  Python filters it by its own rule (``ApiViewer._filter_api_data``) and draws it only without device data.
+
 Choices: a Communication group's thread is ``100 * k`` for the ``k``-th group seen on a device
 and its planes ``100 * k + plane + 1`` (msprof numbers them consecutively after counting planes,
 which a stream does not know in advance; viewers only show the names). The Step Trace layer
