@@ -61,16 +61,20 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, map_text, text
 from profstream.engine.operators import pmu
-from profstream.engine.operators.statistics import TaskWaitTime, sub_task_parents
+from profstream.engine.operators.statistics import (
+    COMMUNICATION_TASK_TYPES,
+    HIDDEN_CORE_TYPES,
+    TaskWaitTime,
+    sub_task_parents,
+)
 from profstream.engine.schema import NO_ID, conform, tasks_schema
 from profstream.sinks import SliceNaming, msprof_slice_names
 from profstream.sinks._base import StagedFile
 
 OUTPUT_DIR = "mindstudio_profiler_output"
-#: task types op_summary leaves out (C++ ``INVALID_TASK_TYPE``)
-EXCLUDED_TASK_TYPES = ("WRITE_BACK", "INVALID", "HCCL_AI_CPU", "COMMUNICATION", "HCCL")
-#: communication task types whose ``...AivKernel`` ops op_summary keeps (``StrConstant.AIV_KERNEL``)
-COMMUNICATION_TASK_TYPES = ("HCCL_AI_CPU", "COMMUNICATION", "HCCL")
+#: task types op_summary leaves out (C++ ``INVALID_TASK_TYPE``): op_statistic's hidden core types and
+#: the communication task types, of which it keeps ``...AivKernel`` ops (``StrConstant.AIV_KERNEL``)
+EXCLUDED_TASK_TYPES = sorted(HIDDEN_CORE_TYPES | COMMUNICATION_TASK_TYPES)
 AIV_KERNEL_SUFFIX = "AivKernel"
 #: README descriptions of the modules profstream writes (paraphrased from msprof's
 #: ``FilenameIntroductionConfig`` topics)
@@ -129,7 +133,7 @@ def op_summary_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The device tasks msprof's op_summary lists (module docstring)."""
     task_type = text(batch.column("task_type"))
     aiv_kernel = pc.and_(  # communication kernels on the AI Vector cores stay (module docstring)
-        pc.is_in(task_type, pa.array(COMMUNICATION_TASK_TYPES)),
+        pc.is_in(task_type, pa.array(sorted(COMMUNICATION_TASK_TYPES))),
         pc.ends_with(text(batch.column("op_name")), AIV_KERNEL_SUFFIX),
     )
     keep = pc.and_(

@@ -76,7 +76,7 @@ LEVEL0, LEVEL1 = "Level0", "Level1"
 AIC_METRICS_NONE = "ACL_AICORE_NONE"
 #: the levels at which torch_npu copies op_statistic and api_statistic from CANN
 #: (``ProfilerConfig.LEVEL_PARSER_CONFIG``) and writes the communication files
-CANN_STATISTICS_LEVELS = ("Level1", "Level2")
+CANN_STATISTICS_LEVELS = (LEVEL1, "Level2")
 CRLF = "\r\n"
 MB = 1024.0 * 1024.0
 #: step_trace_time.csv value headers (framework_outputs.md §3.4) and their ``step_time`` columns
