@@ -630,8 +630,11 @@ class Communication(Operator):
                 self._indices[key] = [count, last_first]
             assigned[op] = count
         stored = column(self._ops, "index").copy()
-        for op, index in assigned.items():
-            stored[column(self._ops, "op_id") == op] = index
+        done = np.fromiter(assigned, np.int64, len(assigned))
+        # the op rows are sorted by op_id (_add_ops) and hold every op of ``ops``
+        stored[np.searchsorted(column(self._ops, "op_id"), done)] = np.fromiter(
+            assigned.values(), np.int64, len(assigned)
+        )
         self._ops = self._ops.set_column(self._ops.schema.get_field_index("index"), "index", pa.array(stored))
         names = [
             f"{b}_{g[-3:]}_{assigned[int(o)]}_{n}"
