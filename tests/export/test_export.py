@@ -189,6 +189,18 @@ def test_timeline_has_every_task_and_its_launch_flow(torch_run: Run) -> None:
     on_group = [e for e in comm if threads[e["pid"], e["tid"]].startswith("Group ")]
     assert sorted(e["name"] for e in on_group) == sorted(ops.column("op_name").to_pylist())
     assert all(threads[e["pid"], e["tid"]].startswith(("Group ", "Plane ")) for e in comm)
+    # each HCCL task: its size over its duration (no RDMA payloads here) and its op's model id
+    on_planes = [e for e in comm if threads[e["pid"], e["tid"]].startswith("Plane ")]
+    assert on_planes
+    for task in on_planes:
+        args, nanoseconds = task["args"], Decimal(str(task["dur"])) * 1000
+        assert args["bandwidth(GB/s)"] == pytest.approx(float(args["size(Byte)"] / nanoseconds), rel=1e-12)
+        op = next(
+            o
+            for o in on_group
+            if Decimal(o["ts"]) <= Decimal(task["ts"]) <= Decimal(o["ts"]) + Decimal(str(o["dur"]))
+        )
+        assert args["model id"] == op["args"]["model id"]
 
 
 def test_parquet_layout_round_trips_every_table(torch_run: Run) -> None:

@@ -191,6 +191,8 @@ TABLES: Mapping[str, pa.Schema] = {
         ("master", pa.bool_()),  # on the op's master stream (hccl API type ``master``; msprof isMaster)
         ("rdma_type", DICT),  # RDMASendNotify / RDMASendPayload (hccl_info rdmaType)
         ("duration_estimated_us", F64),
+        ("bandwidth_gbps", F64),  # size over duration, or the payload group's (kernels/hccl.py)
+        ("model_id", I64),  # the op's
     ),
     # operator memory (operator_memory.csv): PTA allocator blocks and GE/CANN operator memory
     "memory": _schema(

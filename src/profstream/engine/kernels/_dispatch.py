@@ -24,6 +24,7 @@ __all__ = ["inline", "kernel"]  # the kernels' decorators, shared with the codec
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
 #: several equally long columns: a sequence of columns or a ``(width, n)`` array
 Columns = Sequence[npt.ArrayLike] | npt.NDArray[Any]
 

@@ -15,9 +15,12 @@ Rules (msprof_outputs.md §2.10; MSPROF ``analysis/msparser/cluster/communicatio
 * **transfers** (bandwidth and matrix; all tasks, each plane scanned on its own): every transit and
   every on-chip copy.
 
+* **task bandwidth** (the timeline's ``bandwidth(GB/s)`` of each HCCL task, each (op, plane) scanned
+  on its own): a task's size over its duration, and for the payloads of a payload group the group's.
+
 The scans are sequential (a payload group skips the tasks it covers), so they are kernels. Inputs
-are per-task columns grouped by op (``time_scan``) or by (op, plane) (``transfer_scan``), in time
-order within a group; groups are ``offsets[g]:offsets[g + 1]``.
+are per-task columns grouped by op (``time_scan``) or by (op, plane) (``transfer_scan``,
+``bandwidth_scan``), in time order within a group; groups are ``offsets[g]:offsets[g + 1]``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from profstream.engine.kernels._dispatch import BoolArray, Int64Array, flag_column, inline, int_column, kernel
+from profstream.engine.kernels._dispatch import (
+    BoolArray,
+    FloatArray,
+    Int64Array,
+    flag_column,
+    inline,
+    int_column,
+    kernel,
+)
 
 #: task kinds of the scans: an SDMA copy over an on-chip link is a transfer (the matrix's LOCAL
 #: links) but no transit time
@@ -115,18 +126,55 @@ def _transfer_kernel(
     return n
 
 
-def _inputs(
-    offsets: npt.ArrayLike, jumps: npt.ArrayLike, kind: npt.ArrayLike, payload: npt.ArrayLike
-) -> tuple[Int64Array, Int64Array, Int64Array, BoolArray]:
+@kernel
+def _bandwidth_kernel(
+    offsets: Int64Array,
+    jumps: Int64Array,
+    payload: BoolArray,
+    starts: Int64Array,
+    ends: Int64Array,
+    sizes: Int64Array,
+    out: FloatArray,
+) -> None:
+    """``out[i]`` = task ``i``'s bandwidth in GB/s (bytes per ns; 0 for no duration)."""
+    for g in range(offsets.size - 1):
+        i, stop = offsets[g], offsets[g + 1]
+        while i < stop:
+            if not payload[i]:
+                out[i] = _per_ns(sizes[i], ends[i] - starts[i])
+                i += 1
+                continue
+            run, last = _payload_group(payload, jumps[g], i, stop)
+            for k in range(i, i + run):
+                if last < 0:  # no closing tasks: each payload on its own
+                    out[k] = _per_ns(sizes[k], ends[k] - starts[k])
+                else:
+                    out[k] = _per_ns(sizes[i : i + run].sum(), ends[last] - starts[i])
+            i += run
+
+
+@inline
+def _per_ns(size: int, duration: int) -> float:
+    return size / duration if duration > 0 else 0.0
+
+
+def _groups(offsets: npt.ArrayLike, jumps: npt.ArrayLike, tasks: int) -> tuple[Int64Array, Int64Array]:
     o = int_column("offsets", offsets)
-    k = int_column("kind", kind)
-    if o.size == 0 or o[0] != 0 or o[-1] != k.size or np.any(np.diff(o) < 0):
-        msg = f"offsets: expected non-decreasing group bounds from 0 to {k.size}"
+    if o.size == 0 or o[0] != 0 or o[-1] != tasks or np.any(np.diff(o) < 0):
+        msg = f"offsets: expected non-decreasing group bounds from 0 to {tasks}"
         raise ValueError(msg)
     j = int_column("jumps", jumps, o.size - 1)
     if np.any(j < 2):
         msg = "jumps: expected at least 2 (a payload and its closing task)"
         raise ValueError(msg)
+    return o, j
+
+
+def _inputs(
+    offsets: npt.ArrayLike, jumps: npt.ArrayLike, kind: npt.ArrayLike, payload: npt.ArrayLike
+) -> tuple[Int64Array, Int64Array, Int64Array, BoolArray]:
+    k = int_column("kind", kind)
+    o, j = _groups(offsets, jumps, k.size)
     return o, j, k, flag_column("payload", payload, k.size)
 
 
@@ -168,3 +216,29 @@ def transfer_scan(
     out = np.empty((3, k.size), np.int64)
     n = _transfer_kernel(o, j, k, p, s, e, z, out)
     return out[0, :n].copy(), out[1, :n].copy(), out[2, :n].copy()
+
+
+def bandwidth_scan(
+    offsets: npt.ArrayLike,
+    jumps: npt.ArrayLike,
+    payload: npt.ArrayLike,
+    starts: npt.ArrayLike,
+    ends: npt.ArrayLike,
+    sizes: npt.ArrayLike,
+) -> FloatArray:
+    """Each task's ``bandwidth(GB/s)`` in the timeline: groups are (op, plane) in time order.
+
+    A task transfers its size over its duration; every payload of a closed payload group gets the
+    group's summed size over the group's time (``HcclCalculator.CalculateTaskBandwidth`` in msprof's
+    C++, ``calc_bandwidth`` in its Python; where they differ, after a group the C++ goes on with the
+    next task, and so does this scan, where the Python skips ``jump - 1`` tasks, which only matters
+    for a payload among them).
+    """
+    s = int_column("starts", starts)
+    o, j = _groups(offsets, jumps, s.size)
+    p = flag_column("payload", payload, s.size)
+    e = int_column("ends", ends, p.size)
+    z = int_column("sizes", sizes, p.size)
+    out = np.zeros(p.size, np.float64)
+    _bandwidth_kernel(o, j, p, s, e, z, out)
+    return out

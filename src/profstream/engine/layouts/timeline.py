@@ -325,6 +325,8 @@ class CommunicationTasks(Communication):
             "size(Byte)": rows.column("size_bytes"),
             "data type": rows.column("data_type"),
             "link type": rows.column("link_type"),
+            "bandwidth(GB/s)": rows.column("bandwidth_gbps"),
+            "model id": rows.column("model_id"),
         }
 
 

@@ -39,7 +39,12 @@ node_basic_info, null without one: msprof then writes no communication_statistic
 renamed as msprof prints it, ``{name}_{last 3 characters of the group}_{index}_{iteration}``: the
 index counts ops (not iterations) per (group, AicpuKernel or not) from 0 in order of first timestamp,
 and an op before ``collection_start_ns`` keeps the current index (Python
-``update_op_name_by_group_name``). Task rows carry the renamed op name and the op's group.
+``update_op_name_by_group_name``). Task rows carry the renamed op name, the op's group and model id,
+and ``bandwidth_gbps``: scanned per (instance, plane) in start order by
+:func:`~profstream.engine.kernels.hccl.bandwidth_scan` (``HcclCalculator::UpdateHcclBandwidth``; msprof
+groups by the renamed op name, which names one instance; its payload sends are those of ``rdma_type``
+``RDMASendPayload``). msprof sorts by the device start (C++) or by (host, device) time (Python)
+before scanning; the device start is used here.
 ``src_rank``/``dst_rank`` are the info's local and remote rank. Enums print through the HCCL tables of
 :mod:`profstream.codecs.additional`; a notify id of all ones is null.
 """
@@ -58,6 +63,7 @@ from profstream.codecs.additional import (
     HCCL_TRANSPORT_TYPES,
 )
 from profstream.engine import schema
+from profstream.engine.kernels import hccl
 from profstream.engine.operators.api import (
     COMMUNICATION_LEVEL,
     I64,
@@ -156,7 +162,12 @@ _OPS = pa.schema(
         ("index", I64T),  # the renaming index, -1 before the first instance is emitted
     ]
 )
-_TASK_COLUMNS = [f for f in schema.TABLES["comm_tasks"] if f.name not in ("device_id", "op_name")]
+#: comm_tasks columns an open task carries as they are (the rest are the op's, or computed when it ends)
+_TASK_COLUMNS = [
+    f
+    for f in schema.TABLES["comm_tasks"]
+    if f.name not in ("device_id", "op_name", "model_id", "bandwidth_gbps")
+]
 #: device tasks dealt to open instances
 _OPEN = pa.schema(
     [
@@ -185,6 +196,15 @@ _DEVICE = pa.schema(
         ("model_id", I64T),
     ]
 )
+
+
+def payload_jumps(op_names: pa.Array) -> I64:
+    """msprof's ``jump`` of each op's RDMA payload groups: 3 for an op named like send or receive (no
+    barrier), else 5 (kernels/hccl.py)."""
+    lowered = pc.utf8_lower(op_names)
+    p2p = pc.or_(pc.match_substring(lowered, "send"), pc.match_substring(lowered, "receive"))
+    flags = np.asarray(p2p.fill_null(False).to_numpy(zero_copy_only=False), np.bool_)
+    return np.where(flags, hccl.JUMP_NO_BARRIER, hccl.JUMP_WITH_BARRIER).astype(np.int64)
 
 
 def _merge_latest(latest: tuple[I64, I64], streams: I64, times: I64) -> tuple[I64, I64]:
@@ -607,8 +627,37 @@ class Communication(Operator):
         task_columns["group_name"] = ops.column("group_name").take(pa.array(instance[task_order]))
         task_columns["op_name"] = names.take(pa.array(instance[task_order]))
         task_columns["device_id"] = pa.array(np.full(len(task_order), self.device_id, np.int32))
+        task_columns["model_id"] = tasks.column("model_id").take(pa.array(sample[instance[task_order]]))
+        task_columns["bandwidth_gbps"] = pa.array(self._bandwidths(tasks, instance, names)[task_order])
         task_rows = schema.conform(schema.TABLES["comm_tasks"], task_columns)
         return [(self.outputs[0], op_rows), (self.outputs[1], task_rows)]
+
+    @staticmethod
+    def _bandwidths(tasks: pa.Table, instance: I64, names: pa.Array) -> npt.NDArray[np.float64]:
+        """Each task's ``bandwidth(GB/s)``, scanned per (op instance, plane) in start order
+        (:func:`~profstream.engine.kernels.hccl.bandwidth_scan`); ``names`` are the instances' op names,
+        whose ``send`` / ``receive`` choose the payload groups' length as msprof does."""
+        start, end = column(tasks, "start_ns"), column(tasks, "end_ns")
+        plane = tasks.column("plane_id").combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
+        order = np.lexsort((np.arange(len(start)), start, plane, instance))
+        new = np.r_[
+            True, (instance[order][1:] != instance[order][:-1]) | (plane[order][1:] != plane[order][:-1])
+        ]
+        offsets = np.r_[np.flatnonzero(new), len(order)].astype(np.int64)
+        jumps = payload_jumps(names)
+        payload = pc.is_in(tasks.column("rdma_type"), value_set=pa.array([HCCL_RDMA_TYPES[1]]))
+        sizes = tasks.column("size_bytes").combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)
+        scanned = hccl.bandwidth_scan(
+            offsets,
+            jumps[instance[order][offsets[:-1]]],
+            np.asarray(payload.to_numpy(zero_copy_only=False), np.bool_)[order],
+            start[order],
+            end[order],
+            np.maximum(sizes, 0)[order],
+        )
+        out = np.empty(len(order), np.float64)
+        out[order] = scanned
+        return out
 
     def _rename(self, ops: pa.Table, iteration: I64, start: I64) -> pa.Array:
         """``{name}_{group[-3:]}_{index}_{iteration}``; the index counts ops per (group, kind)."""

@@ -62,6 +62,7 @@ from profstream.engine.kernels import hccl
 from profstream.engine.kernels._dispatch import NULL, BoolArray, Int64Array
 from profstream.engine.operators._state import ints, nullable
 from profstream.engine.operators.api import log_unmatched
+from profstream.engine.operators.comm import payload_jumps
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -280,10 +281,7 @@ class CommAnalysis(Operator):
         ).astype(np.int64)
         planes = _plane_order(op, ints(tasks.column("plane_id")))
         payload = self._payloads(tasks, names, transport, op, planes)
-        lowered = pc.utf8_lower(op_names)
-        p2p = pc.or_(pc.match_substring(lowered, "send"), pc.match_substring(lowered, "receive"))
-        p2p_flags = np.asarray(p2p.fill_null(False).to_numpy(zero_copy_only=False), np.bool_)
-        jumps = np.where(p2p_flags, hccl.JUMP_NO_BARRIER, hccl.JUMP_WITH_BARRIER).astype(np.int64)
+        jumps = payload_jumps(op_names)
 
         master = _flags(tasks, "master")
         offsets = np.searchsorted(op[master], np.arange(ops.num_rows + 1)).astype(np.int64)
