@@ -48,6 +48,7 @@ from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, 
 from profstream.engine.plan import Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Operator
 from profstream.engine.schema import NO_ID
+from profstream.engine.sources import DEFAULT_CHUNK_BYTES
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
 from profstream.sinks.csv import CSV_LIMIT
@@ -197,7 +198,7 @@ def export(
     selection: Selection = Selection(),
     settings: ExportSettings | None = None,
     on_invalid: OnInvalid = "error",
-    chunk_bytes: int = 2 << 20,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     advance_bytes: int = ADVANCE_BYTES,
     progress: Progress | None = None,
 ) -> ExportReport:

@@ -61,9 +61,13 @@ from profstream.codecs import NOT_DATA, codec_for_file
 from profstream.codecs._base import ByteBuffer, Codec, DecodeContext, OnInvalid, StreamTraits, counter_gaps
 from profstream.errors import DecodeError, InputPathError
 
-#: bytes decoded at once: larger windows spread a batch's fixed cost (about 0.1 ms: Arrow arrays,
-#: counters, time range) over more records; 4 MiB measured 10-15 % faster per core than 2 MiB.
-DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+#: bytes of one stream decoded at once. Decoding alone is about as fast from 1 to 4 MiB (a batch's
+#: fixed cost is about 0.1 ms); in a pipeline the window sets how far one pull moves a sparse stream
+#: ahead in time (2 MiB of node_basic_info span about 4 % of a run), and the host joins hold what
+#: arrived ahead until the other streams catch up. 1 MiB windows, with ``runtime.ADVANCE_BYTES`` at
+#: 8 MiB, made the 1 GB msprof summary 9-15 % faster at 20 MB less peak RSS than 2 MiB windows and
+#: 4 MiB advances (bench/README.md, "Export", session 13).
+DEFAULT_CHUNK_BYTES = 1 << 20
 #: columns whose min/max become the stream's time range, first present wins (native units).
 TIME_COLUMNS = ("syscnt", "timestamp", "start_syscnt", "begin_time", "start_ns", "time_ns")
 Alignment = Literal["auto", "msprof"]
