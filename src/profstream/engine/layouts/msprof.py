@@ -95,19 +95,20 @@ DESCRIPTIONS = {
 }
 
 
-def scaled(column: str, divisor: float) -> Callable[[pa.RecordBatch], pa.Array]:
-    """A column as floats divided by ``divisor`` (bytes -> KB or MB, ns -> µs)."""
+def scaled(source: Source, divisor: float) -> Callable[[pa.RecordBatch], pa.Array]:
+    """A column (or a function of a batch) as floats over ``divisor`` (bytes -> KB or MB, ns -> µs)."""
 
     def values(batch: pa.RecordBatch) -> pa.Array:
-        return pc.divide(pc.cast(batch.column(column), pa.float64()), divisor)
+        numbers = batch.column(source) if isinstance(source, str) else source(batch)
+        return pc.divide(pc.cast(numbers, pa.float64()), divisor)
 
     return values
 
 
-def kilobytes(header: str, column: str, divisor: float = 1024.0, null: str = "N/A") -> Cell:
+def kilobytes(header: str, source: Source, divisor: float = 1024.0, null: str = "N/A") -> Cell:
     """bytes as KB (or MB with ``divisor`` 1024²) rounded to 3 decimals, as msprof's memory viewers
     print them (``viewer/npu_mem_viewer.py``, ``npu_mem_rec_viewer.py``, ``npu_op_mem_viewer.py``)."""
-    values = scaled(column, divisor)
+    values = scaled(source, divisor)
     return Cell(header, lambda batch: pc.round(values(batch), 3), null=null)
 
 
@@ -552,16 +553,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 Cell("event", "event"),
                 kilobytes("ddr(KB)", "ddr_bytes"),
                 kilobytes("hbm(KB)", "hbm_bytes"),
-                Cell(
-                    "memory(KB)",
-                    lambda b: pc.round(
-                        pc.divide(
-                            pc.cast(pc.add(b.column("ddr_bytes"), b.column("hbm_bytes")), pa.float64()),
-                            1024.0,
-                        ),
-                        3,
-                    ),
-                ),
+                kilobytes("memory(KB)", lambda b: pc.add(b.column("ddr_bytes"), b.column("hbm_bytes"))),
                 stamp("timestamp(us)", "time_ns"),
             ],
             fmt=fmt,
