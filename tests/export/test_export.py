@@ -150,6 +150,28 @@ def test_operator_memory_lists_pytorch_rows_then_cann_prefixed_ge_rows(torch_run
         assert not duration.endswith("\t") and Decimal(duration) == round(Decimal(duration), 3)
 
 
+def test_msprof_operator_memory_lists_releases_in_order_then_what_was_never_released(
+    graph_run: Run, tmp_path: Path
+) -> None:
+    """msprof's Python calculator appends a row at each release record, then the allocations never
+    released (``NpuOpMemCalculator._calc_operator_memory``); the order must not depend on how the
+    pipeline batches its input."""
+    files = {}
+    for name, options in (("default", {}), ("small", {"chunk_bytes": 4096, "advance_bytes": 0})):
+        export(graph_run.raw, kind="summary", output=tmp_path / name, **options)  # type: ignore[arg-type]
+        files[name] = one(tmp_path / name / "mindstudio_profiler_output", "operator_memory_*.csv")
+    assert files["default"].read_bytes() == files["small"].read_bytes()
+    table = rows(files["default"])
+    for device in {r["Device_id"] for r in table}:
+        mine = [r for r in table if r["Device_id"] == device]
+        released = [r for r in mine if r["Duration(us)"] != "N/A"]
+        unreleased = [r for r in mine if r["Allocation Time(us)"] != "N/A" and r["Duration(us)"] == "N/A"]
+        assert released and unreleased
+        ends = [Decimal(r["Allocation Time(us)"].rstrip("\t")) + Decimal(r["Duration(us)"]) for r in released]
+        assert ends == sorted(ends)
+        assert mine[-len(unreleased) :] == unreleased
+
+
 def test_kernel_details_step_ids_follow_the_framework_steps(torch_run: Run) -> None:
     torch_run.export("torch_npu", "summary")
     everything = rows(torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")

@@ -32,6 +32,11 @@ Choices where the spec leaves room:
   (:func:`communication_statistic_rows`), as msprof writes none then.
 * step_trace spools its rows (one per iteration) until close and reads them back at once there,
   because the number of Reduce column pairs is the largest count in any iteration (§2.4).
+* operator_memory lists each device's rows in the order msprof's Python calculator appends them: at
+  each release, then the allocations never released (the ``memory`` table's GE order,
+  :mod:`~profstream.engine.operators.memory`). A release whose allocation was not captured is a row
+  with a negative Size at its release, as msprof's documentation describes (the Python calculator
+  drops it; msprof_outputs.md §2.8 lists it).
 """
 
 from __future__ import annotations

@@ -56,10 +56,13 @@ the records not yet final, the open allocations (kernel tables), the latest PTA/
 device, and the ops still reachable: ops running at the horizon or starting after it, the last op
 before it on each thread with its ancestors, dequeue windows still open, and enqueues whose dequeue
 may come. :meth:`Memory.output_watermark` promises the horizon, or the oldest open allocation.
-``memory`` rows come in the order their group closes (sorted by allocation time within a batch);
-allocations never released come out at :meth:`Memory.finish`. A watermark step or the end releases
-its records in slices of about ``EMIT_RECORDS`` (one batch each), so a whole reorder window never
-turns into rows at once.
+PyTorch ``memory`` rows come in the order their group closes (sorted by allocation time within a
+batch); GE rows in the order of their release records, which is the order msprof's Python calculator
+appends them in (``NpuOpMemCalculator._calc_operator_memory``) and torch_npu copies, and which, unlike
+a sort within each batch, does not depend on where batches end. Allocations never released come out
+at :meth:`Memory.finish`, in allocation order. A watermark step or the end releases its records in
+slices of about ``EMIT_RECORDS`` (one batch each), so a whole reorder window never turns into rows at
+once.
 """
 
 from __future__ import annotations
@@ -561,9 +564,6 @@ class Memory(Operator):
             final=final,
         )
         self._ge_base += rows(ge)
-        first = np.where(found.alloc_time == NULL, found.release_time, found.alloc_time)
-        order = np.argsort(first, kind="stable")
-        found = kernels.GeRows._make(c[..., order] for c in found)
         op, device = found.keys[0], found.keys[3]
         ids = pa.array(op.view(np.uint64))
         names = resolve(ids, self.hashes) if self.hashes is not None else pc.cast(ids, pa.string())
@@ -573,7 +573,7 @@ class Memory(Operator):
             TABLES["memory"],
             {
                 "device_id": device.astype(np.int32),
-                "source": _labels(np.ones(order.size, np.int64), ("PTA", "GE")),
+                "source": _labels(np.ones(len(found.alloc_time), np.int64), ("PTA", "GE")),
                 "name": names,
                 "size_bytes": found.size,
                 "alloc_ns": nullable(found.alloc_time),
