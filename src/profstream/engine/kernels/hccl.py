@@ -158,6 +158,15 @@ def _per_ns(size: int, duration: int) -> float:
     return size / duration if duration > 0 else 0.0
 
 
+def plane_groups(op: Int64Array, plane: Int64Array, start: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """The (op, plane) groups of ``transfer_scan`` and ``bandwidth_scan``: the tasks' order by (op,
+    plane, start, position) and the groups' ``offsets`` in that order."""
+    order = np.lexsort((np.arange(op.size), start, plane, op))
+    new = np.r_[True, (op[order][1:] != op[order][:-1]) | (plane[order][1:] != plane[order][:-1])]
+    offsets = np.r_[np.flatnonzero(new[: op.size]), op.size].astype(np.int64)
+    return order, offsets
+
+
 def _groups(offsets: npt.ArrayLike, jumps: npt.ArrayLike, tasks: int) -> tuple[Int64Array, Int64Array]:
     o = int_column("offsets", offsets)
     if o.size == 0 or o[0] != 0 or o[-1] != tasks or np.any(np.diff(o) < 0):

@@ -639,11 +639,7 @@ class Communication(Operator):
         whose ``send`` / ``receive`` choose the payload groups' length as msprof does."""
         start, end = column(tasks, "start_ns"), column(tasks, "end_ns")
         plane = tasks.column("plane_id").combine_chunks().fill_null(-1).to_numpy(zero_copy_only=False)
-        order = np.lexsort((np.arange(len(start)), start, plane, instance))
-        new = np.r_[
-            True, (instance[order][1:] != instance[order][:-1]) | (plane[order][1:] != plane[order][:-1])
-        ]
-        offsets = np.r_[np.flatnonzero(new), len(order)].astype(np.int64)
+        order, offsets = hccl.plane_groups(instance, np.asarray(plane, np.int64), start)
         jumps = payload_jumps(names)
         payload = pc.is_in(tasks.column("rdma_type"), value_set=pa.array([HCCL_RDMA_TYPES[1]]))
         sizes = tasks.column("size_bytes").combine_chunks().fill_null(0).to_numpy(zero_copy_only=False)

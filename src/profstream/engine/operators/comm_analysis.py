@@ -287,11 +287,7 @@ class CommAnalysis(Operator):
         offsets = np.searchsorted(op[master], np.arange(ops.num_rows + 1)).astype(np.int64)
         times = hccl.time_scan(offsets, jumps, kind[master], payload[master], start[master], end[master])
 
-        by_plane = np.lexsort((np.arange(op.size), planes, op))
-        new = np.r_[
-            True, (op[by_plane][1:] != op[by_plane][:-1]) | (planes[by_plane][1:] != planes[by_plane][:-1])
-        ]
-        offsets = np.r_[np.flatnonzero(new[: op.size]), op.size].astype(np.int64)
+        by_plane, offsets = hccl.plane_groups(op, planes, start)  # tasks are in time order within an op
         sizes = ints(tasks.column("size_bytes"))
         first, size, duration = hccl.transfer_scan(
             offsets,
