@@ -15,9 +15,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from structlog.testing import capture_logs
 
 import profstream
 from profstream.config import ExportSettings
+from profstream.engine import plan
 from profstream.errors import DecodeError
 from profstream.export import IterationError, Selection, clear_caches, export
 from profstream.simulate import SimulationConfig, simulate
@@ -797,3 +799,34 @@ def test_msprof_outputs_leave_out_what_ran_before_each_devices_collection_start(
     assert any(Decimal(e["ts"]) < s_us for e in device_events(before, 0))
     assert len(drawn) < len(device_events(before, 0))
     assert len(device_events(after, 1)) == len(device_events(before, 1))
+
+
+def test_outputs_do_not_depend_on_the_framework_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The framework reorder window (plan.FRAMEWORK_REORDER_NS) shorter than a step and than the
+    kernels' lag behind their launch changes no output: a ProfilerStep arriving (at its end) after
+    its ops left is still a root and a step (its rows used to fall into one step-less row), and the
+    launch targets are kept as long as kernels lag. The trace lists the late steps later."""
+    config = SimulationConfig(chip="910B", steps=3, ops_per_step=3000, framework="torch_npu", seed=5)
+    simulate(config, tmp_path / "raw")
+    got = {}
+    for window_ns in (40_000_000, 60_000_000_000):  # steps of about 68 ms, kernels up to 40 ms behind
+        monkeypatch.setattr(plan, "FRAMEWORK_REORDER_NS", window_ns)
+        out = tmp_path / str(window_ns)
+        with capture_logs() as logs:
+            export(
+                tmp_path / "raw", layout="torch_npu", output=out, chunk_bytes=1 << 16, advance_bytes=1 << 16
+            )
+        counts = [e for e in logs if e.get("component") == "framework_ops"]
+        assert {e["late_steps"] for e in counts} == {3 if window_ns == 40_000_000 else 0}
+        assert {(e["late_ops"], e["kernels_without_op"]) for e in counts} == {(0, 0)}
+        got[window_ns] = {p.name: p.read_bytes() for p in (out / "ASCEND_PROFILER_OUTPUT").iterdir()}
+    short, whole = got.values()
+    assert short.keys() == whole.keys()
+    trace = "trace_view.json"
+    assert {k: v for k, v in short.items() if k != trace} == {k: v for k, v in whole.items() if k != trace}
+    events = [Counter(json.dumps(e, sort_keys=True) for e in json.loads(t[trace])) for t in (short, whole)]
+    assert events[0] == events[1]
+    steps = list(csv.DictReader(short["step_trace_time.csv"].decode().splitlines()))
+    assert [row["Step"] for row in steps] == ["1", "2", "3"]

@@ -276,6 +276,23 @@ def test_memory_streams_hold_the_irregular_cases(run: Run) -> None:
     assert 0 < before < len(frees)
 
 
+def test_op_ranges_are_written_when_ops_end(run: Run) -> None:
+    """torch_npu reports an op range from its exit callback: the file is in end order, each
+    ProfilerStep after the ops it holds."""
+    result = run[0]
+    ops = _streams(result.roots[0], result.framework_dirs[0])["torch_op_range", -1, ""]
+    start, end = _np(ops["start_ns"]), _np(ops["end_ns"])
+    assert (np.diff(end) >= 0).all() and (np.diff(start) < 0).any()
+    names = [str(n) for n in ops["name"]]
+    steps = [i for i, name in enumerate(names) if name.startswith("ProfilerStep#")]
+    assert len(steps) >= SMALL["steps"]
+    is_step = np.zeros(len(names), bool)
+    is_step[steps] = True
+    for i in steps:
+        inside = (start >= start[i]) & (end <= end[i]) & ~is_step
+        assert inside.any() and np.flatnonzero(inside).max() < i
+
+
 def test_dictionaries_resolve_every_id(run: Run) -> None:
     """Every (level, type) and every hash id the host records carry is in type_info_dic / hash_dic."""
     streams = _streams(run[0].roots[0])

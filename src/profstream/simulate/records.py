@@ -820,12 +820,12 @@ def _op_range(chunk: Chunk, ctx: DeviceContext) -> Rows:
     n = len(op)
     step_names = pa.array([f"ProfilerStep#{s + 1}" for s in chunk.first_step + np.arange(steps)], pa.string())
     absent = pa.nulls(steps, pa.string())
-    times = np.concatenate([begin, step_begin])
+    ends = np.concatenate([end, step_end])
     seq = ctx.counters.get("torch_op_range", 0)
     ctx.counters["torch_op_range"] = seq + n
     columns = {
-        "start_ns": ctx.host.to_host_cnt(times),
-        "end_ns": ctx.host.to_host_cnt(np.concatenate([end, step_end])),
+        "start_ns": ctx.host.to_host_cnt(np.concatenate([begin, step_begin])),
+        "end_ns": ctx.host.to_host_cnt(ends),
         "sequence_number": np.concatenate([seq + np.arange(n), np.full(steps, -1)]),
         "process_id": np.full(n + steps, ctx.pid),
         "start_thread_id": np.full(n + steps, ctx.py_tid),
@@ -837,7 +837,9 @@ def _op_range(chunk: Chunk, ctx: DeviceContext) -> Rows:
         ),
         "input_shapes": pa.concat_arrays([shapes.take(pa.array(op)), absent]),
     }
-    return Rows("torch_op_range", columns, times).ordered()
+    # torch_npu reports an op range from the RecordFunction exit callback, so the file is in end
+    # order and a ProfilerStep follows everything it contains
+    return Rows("torch_op_range", columns, ends).ordered()
 
 
 def _op_mark(chunk: Chunk, ctx: DeviceContext) -> Rows:

@@ -149,3 +149,38 @@ def test_nest_refuses_unsorted_starts() -> None:
             np.arange(2),
             Stack.empty(),
         )
+
+
+def _nest_rows(
+    rows: list[tuple[int, int, int, bool]], first_id: int, stack: Stack
+) -> tuple[list[int], Stack]:
+    cols = np.array(rows, np.int64).reshape(-1, 4).T
+    ids = np.arange(first_id, first_id + len(rows))
+    parents, stack = nest(cols[0], cols[1], cols[2], cols[3].astype(bool), ids, stack)
+    return parents.tolist(), stack
+
+
+def test_late_op_goes_in_at_its_depth() -> None:
+    """A late op takes the deepest op around it as parent and, still open, parents what follows."""
+    # A(0,100) > B(10,20), then C(30,40): the chain is [A, C] and the latest start 30
+    parents, stack = _nest_rows([(0, 100, 1, True), (10, 20, 1, True), (30, 40, 1, True)], 0, Stack.empty())
+    assert parents == [NO_PARENT, 0, 0] and stack.ids.tolist() == [0, 2] and stack.latest == 30
+    # L(5,60) arrives late: inside A only (C started after it); it goes in between A and C
+    parents, stack = _nest_rows([(5, 60, 1, True), (45, 50, 1, True), (70, 80, 1, True)], 3, stack)
+    # D(45,50) pops C and nests under L; E(70,80) is past L and nests under A
+    assert parents == [0, 3, 0]
+    assert stack.ids.tolist() == [0, 5] and stack.latest == 70
+
+
+def test_late_events_that_end_early_do_not_enter_the_chain() -> None:
+    """A late op over before the latest start parents nothing to come; a late enqueue attaches to the
+    deepest op around it on its own thread only."""
+    parents, stack = _nest_rows([(0, 100, 1, True), (50, 60, 1, True)], 0, Stack.empty())
+    late = [(10, 20, 1, True), (12, 14, 1, False), (15, 16, 2, False)]
+    parents, stack = _nest_rows(late, 2, stack)
+    assert parents == [0, 0, NO_PARENT]
+    assert stack.ids.tolist() == [0, 1] and stack.latest == 50
+    # a late root (nothing around it) with nothing open: parent none, and it holds what comes next
+    parents, stack = _nest_rows([(200, 210, 1, True)], 5, stack)
+    parents, stack = _nest_rows([(150, 300, 1, True), (250, 260, 1, True)], 6, stack)
+    assert parents == [NO_PARENT, 6]

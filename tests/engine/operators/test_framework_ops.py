@@ -89,8 +89,10 @@ def test_output_watermark_holds_for_flow_sources() -> None:
     op.push(OPS, op_range([("short", 10, 20), ("ProfilerStep#1", 5, 2000)]))
     op.advance(1000)
     assert op.output_watermark(1000) == 5  # the step still runs at the horizon (900)
-    op.advance(2200)
-    assert op.output_watermark(2200) == 2100
+    op.advance(2200)  # before any kernel came, launch targets are kept max_op_ns longer
+    assert op.output_watermark(2200) == 5
+    op.advance(2300)
+    assert op.output_watermark(2300) == 2200
 
 
 def test_late_op_is_emitted_and_counted() -> None:
@@ -103,6 +105,29 @@ def test_late_op_is_emitted_and_counted() -> None:
         rows = [r for _, b in op.finish() for r in b.to_pylist()]
     assert brief(rows, "op_id", "name") == [(1, "late")]
     assert unmatched(logs)["late_ops"] == 1 and unmatched(logs)["log_level"] == "warning"
+
+
+def test_step_longer_than_the_window_is_a_root_and_parents_what_follows() -> None:
+    """A ProfilerStep longer than max_op_ns arrives (at its end) after its first ops left: it is
+    counted apart from late ops, logged at debug level, stays a root, and the ops still to come
+    nest under it."""
+    op = FrameworkOps(max_op_ns=10)
+    op.push(OPS, op_range([("aten::a", 5, 8)]))
+    first = op.advance(100)
+    op.push(OPS, op_range([("aten::b", 95, 99), ("ProfilerStep#1", 0, 120)]))
+    middle = op.advance(130)
+    op.push(OPS, op_range([("aten::c", 121, 125)]))
+    with capture_logs() as logs:
+        last = op.finish()
+    rows = [r for emits in (first, middle, last) for name, b in emits if name == "ops" for r in b.to_pylist()]
+    assert brief(rows, "op_id", "name", "parent_id") == [
+        (0, "aten::a", None),
+        (1, "ProfilerStep#1", None),
+        (2, "aten::b", 1),
+        (3, "aten::c", None),
+    ]
+    counts = unmatched(logs)
+    assert counts["late_steps"] == 1 and counts["late_ops"] == 0 and counts["log_level"] == "debug"
 
 
 def test_profiler_steps_are_kept_as_roots() -> None:
@@ -259,6 +284,21 @@ def test_kernels_wait_for_the_ops_before_their_launch() -> None:
     op.push(OPS, op_range([("owner", 140, 160)]))
     flows = [r for name, b in op.advance(400) if name == "flows" for r in b.to_pylist()]
     assert brief(flows, "src_ns", "dst_ns") == [(140, 500)]
+
+
+def test_kernels_far_behind_their_launch_keep_their_ops() -> None:
+    """The host may run ahead of the device by more than max_op_ns: once a kernel shows that wait,
+    launch targets are kept that much longer, so the kernels that wait as long still link."""
+    op = FrameworkOps([0], task_queue=False, max_op_ns=100)
+    op.push(OPS, op_range([("a", 0, 10), ("b", 20, 30), ("c", 40, 50)]))
+    op.push(at("tasks", 0), tasks([(0, 2, 505, 5)]))  # starts 500 after its launch
+    flows = [r for name, b in op.advance(520) if name == "flows" for r in b.to_pylist()]
+    op.push(at("tasks", 0), tasks([(0, 2, 625, 25), (0, 2, 745, 45)]))
+    flows += [r for name, b in op.advance(800) if name == "flows" for r in b.to_pylist()]
+    with capture_logs() as logs:
+        flows += [r for name, b in op.finish() if name == "flows" for r in b.to_pylist()]
+    assert brief(flows, "src_ns", "dst_ns") == [(0, 505), (20, 625), (40, 745)]
+    assert unmatched(logs)["kernels_without_op"] == 0
 
 
 @st.composite

@@ -568,16 +568,33 @@ def drive_all(op: Operator, pushes: Iterable[tuple[str, pa.RecordBatch, int]]) -
 
 
 def test_framework_steps_wait_settle_ns_past_the_host_end() -> None:
+    """settle_ns, plus how far behind the watermark a kernel's launch was when it came."""
     op = FrameworkSteps([0], settle_ns=1000)
     op.push("ops", ops_batch([("ProfilerStep#1", None, 100, 200)]))
-    op.push(at("tasks", 0), tasks_batch([(150, 160, 170)]))
-    assert op.advance(1199) == []
-    (emit,) = op.advance(1200)
+    assert op.advance(180) == []
+    op.push(at("tasks", 0), tasks_batch([(150, 160, 170)]))  # launched 30 before that watermark
+    assert op.advance(1229) == []
+    (emit,) = op.advance(1230)
     assert emit[1].to_pylist()[0]["start_ns"] == 160
     op.push(at("tasks", 0), tasks_batch([(180, 1300, 1400)]))  # the step is gone: counted
     with capture_logs() as logs:
         assert op.finish() == []
     assert any("outside every open ProfilerStep" in str(e.get("reason")) for e in logs)
+
+
+def test_framework_steps_wait_as_long_as_kernels_lag_their_launch() -> None:
+    """Kernels may come more than settle_ns after their launch (the host runs ahead of the device):
+    a step then waits that much longer, so its kernels still count."""
+    op = FrameworkSteps([0], settle_ns=100)
+    op.push("ops", ops_batch([("ProfilerStep#1", None, 0, 100), ("ProfilerStep#2", None, 100, 200)]))
+    op.push(at("tasks", 0), tasks_batch([(10, 1000, 1010)]))  # starts 990 after its launch
+    assert op.advance(1020) == []  # without the wait, both steps would be final here
+    op.push(at("tasks", 0), tasks_batch([(150, 1140, 1150)]))
+    rows = _rows(op.advance(1300)) + _rows(op.finish())
+    assert _framework_rows(rows) == [
+        (0, "framework", 1, 1000, 1010, 0, 100),
+        (0, "framework", 2, 1140, 1150, 100, 200),
+    ]
 
 
 def test_framework_steps_snapshot_round_trips() -> None:

@@ -20,7 +20,12 @@ difference remains: an op that starts exactly at its sibling's end is nested und
 the tree rule, so torch_npu's descent finds no op at that instant; :func:`stab` finds the new op.
 
 Streaming: the chain of open ops is the whole state of :func:`nest` (:class:`Stack`); ops come in
-start order in any number of batches.
+start order in any number of batches. A *late* event starts before the latest start already nested
+(a ``ProfilerStep`` longer than the operator's reorder window: torch_npu writes an op when it ends).
+It takes the deepest chain op that contains it (starts at or before it and ends at or after its end)
+as parent, instead of the top, and a late op that is still open at the latest start is inserted
+into the chain at that depth, so the events still to come nest under it. The events nested before
+it arrived keep their parents.
 """
 
 from __future__ import annotations
@@ -34,21 +39,26 @@ from profstream.engine.kernels._dispatch import BoolArray, Int64Array, flag_colu
 
 #: the parent of a root op, or of an enqueue event attached to no op
 NO_PARENT = -1
+#: :attr:`Stack.latest` before any event
+NO_START = int(np.iinfo(np.int64).min)
 
 
 @dataclass(frozen=True, slots=True)
 class Stack:
-    """The chain of open ops, outermost first: their ids, ends and thread ids."""
+    """The chain of open ops, outermost first: their ids, starts, ends and thread ids; and the latest
+    start nested so far (:data:`NO_START` before the first event)."""
 
     ids: Int64Array
+    starts: Int64Array
     ends: Int64Array
     tids: Int64Array
+    latest: int = NO_START
 
     @classmethod
     def empty(cls) -> Stack:
         """No op open."""
         none = np.empty(0, np.int64)
-        return cls(none, none.copy(), none.copy())
+        return cls(none, none.copy(), none.copy(), none.copy())
 
 
 @kernel
@@ -58,20 +68,27 @@ def _nest(
     tids: Int64Array,
     is_op: BoolArray,
     ids: Int64Array,
-    s_ids: Int64Array,
-    s_ends: Int64Array,
-    s_tids: Int64Array,
+    chain: Int64Array,
     depth: int,
+    latest: int,
     parents: Int64Array,
-) -> int:
-    """Parents of start-sorted events; the chain (capacity ``depth + n``) is updated in place."""
+) -> tuple[int, int]:
+    """Parents of start-sorted events; the chain (rows id, start, end, tid; capacity ``depth + n``)
+    is updated in place. Returns the new depth and latest start."""
+    s_ids, s_starts, s_ends, s_tids = chain[0], chain[1], chain[2], chain[3]
     for i in range(starts.size):
+        if starts[i] < latest:
+            late = _nest_late(starts[i], ends[i], tids[i], is_op[i], ids[i], chain, depth, latest)
+            parents[i], depth = late
+            continue
+        latest = starts[i]
         while depth > 0 and starts[i] > s_ends[depth - 1]:
             depth -= 1
         top = s_ids[depth - 1] if depth > 0 else NO_PARENT
         if is_op[i]:
             parents[i] = top
             s_ids[depth] = ids[i]
+            s_starts[depth] = starts[i]
             s_ends[depth] = ends[i]
             s_tids[depth] = tids[i]
             depth += 1
@@ -79,7 +96,27 @@ def _nest(
             parents[i] = top
         else:
             parents[i] = NO_PARENT
-    return depth
+    return depth, latest
+
+
+@kernel
+def _nest_late(
+    start: int, end: int, tid: int, is_op: bool, op_id: int, chain: Int64Array, depth: int, latest: int
+) -> tuple[int, int]:
+    """A late event (module docstring): its parent is the deepest chain op containing it; a late op
+    still open at ``latest`` goes into the chain at that depth. Returns the parent and new depth."""
+    place = 0
+    while place < depth and chain[1, place] <= start and chain[2, place] >= end:
+        place += 1
+    top = chain[0, place - 1] if place > 0 else NO_PARENT
+    if not is_op:
+        return (top if place > 0 and chain[3, place - 1] == tid else NO_PARENT), depth
+    if end < latest:
+        return top, depth
+    for j in range(depth, place, -1):
+        chain[:, j] = chain[:, j - 1]
+    chain[0, place], chain[1, place], chain[2, place], chain[3, place] = op_id, start, end, tid
+    return top, depth + 1
 
 
 def nest(
@@ -93,7 +130,8 @@ def nest(
     """Parent ids of start-sorted torch ops (``is_op``) and enqueue events, and the new chain.
 
     An op's parent is the id of the op it nests in, or :data:`NO_PARENT`; an enqueue's is the op it
-    is attached to, or :data:`NO_PARENT`. ``ids`` name the ops for their children.
+    is attached to, or :data:`NO_PARENT`. ``ids`` name the ops for their children. Events that start
+    before ``stack.latest`` are late (module docstring).
     """
     s = int_column("starts", starts)
     n = s.size
@@ -107,12 +145,12 @@ def nest(
         msg = f"starts: expected start order, got {s[k]} after {s[k - 1]} at index {k}"
         raise ValueError(msg)
     depth = stack.ids.size
-    cap = depth + n
-    s_ids, s_ends, s_tids = (np.empty(cap, np.int64) for _ in range(3))
-    s_ids[:depth], s_ends[:depth], s_tids[:depth] = stack.ids, stack.ends, stack.tids
+    chain = np.empty((4, depth + n), np.int64)
+    chain[:, :depth] = stack.ids, stack.starts, stack.ends, stack.tids
     parents = np.empty(n, np.int64)
-    depth = _nest(s, e, t, flags, i, s_ids, s_ends, s_tids, depth, parents)
-    return parents, Stack(s_ids[:depth].copy(), s_ends[:depth].copy(), s_tids[:depth].copy())
+    depth, latest = _nest(s, e, t, flags, i, chain, depth, stack.latest, parents)
+    kept = chain[:, :depth].copy()
+    return parents, Stack(kept[0], kept[1], kept[2], kept[3], latest)
 
 
 @kernel

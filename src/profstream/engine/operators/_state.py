@@ -116,6 +116,46 @@ def rows(columns: Columns) -> int:
     return len(next(iter(columns.values()))) if columns else 0
 
 
+class KernelReach:
+    """How far the watermark had passed a kernel's launch when the kernel came.
+
+    Kernels reach the framework operators only when they end and the host join has them, and the
+    host may run far ahead of the device (the real traces in shared/realdata show kernels starting
+    up to 94 ms after the torch op that launched them, in steps of about 130 ms). What a launch is
+    matched to (an op, a dequeue window, a step) is kept that much longer than the watermark alone
+    says: :meth:`reach` after the kernels seen so far, or ``unknown`` before the first one. The
+    distance is taken from the watermark of the last advance (the one the operator last let go by);
+    for kernels that came before the first advance, from that first advance's watermark.
+    """
+
+    def __init__(self, state: list[int] | None = None) -> None:
+        # the last advance's watermark (NULL before the first), the furthest reach so far (NULL:
+        # none yet) and the oldest launch that came before the first advance
+        self._watermark, self._reach, self._early = state if state is not None else (NULL, NULL, DONE)
+
+    def saw(self, launches: Int64Array) -> None:
+        """Launches of kernels that just came."""
+        if not launches.size:
+            return
+        if self._watermark == NULL:
+            self._early = min(self._early, int(launches.min()))
+        else:
+            self._reach = max(self._reach, self._watermark - int(launches.min()), 0)
+
+    def advance(self, watermark: int) -> None:
+        if watermark == DONE:
+            return
+        if self._watermark == NULL and self._early != DONE:
+            self._reach = max(self._reach, watermark - self._early, 0)
+        self._watermark = watermark
+
+    def reach(self, unknown: int) -> int:
+        return unknown if self._reach == NULL else self._reach
+
+    def state(self) -> list[int]:
+        return [self._watermark, self._reach, self._early]
+
+
 def horizon(watermark: int, lag: int) -> int:
     """``watermark - lag`` within [START, DONE]; DONE stays DONE (everything is final)."""
     if watermark >= DONE:

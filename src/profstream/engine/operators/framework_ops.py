@@ -41,12 +41,19 @@ parent — at the top of a thread's stack, a ``ProfilerStep#<n>`` — arrives af
 and no record says it is still running. Only a bound on how long anything lasts makes an op final:
 every op, enqueue and dequeue is assumed to last at most ``max_op_ns``, a kernel to start at most
 that long after its launch, a dequeue to end that long after its enqueue started, and the backward
-ops of a sequence number to start that long after its forward op. With watermark ``W`` (no input
+ops of a sequence number to start that long after its forward op. Launch targets (ops, enqueues,
+dequeue windows) are kept longer again, by how far behind their launch kernels come
+(:class:`~profstream.engine.operators._state.KernelReach`; ``max_op_ns`` before the first kernel)
+plus the longest enqueue-to-dequeue wait seen so far. With watermark ``W`` (no input
 will deliver anything older), every event that starts before the horizon ``H = W - max_op_ns``
 has arrived, so events are emitted in start order up to ``H``: the window holds about
-``max_op_ns`` of ops, one or a few training steps. The default, 60 s, covers a long training step;
-raise it for longer steps. Anything that breaks the bound is still emitted, late, and counted
-(``late_ops``): its parent may be missing (it then nests under whatever is open), and a late
+``max_op_ns`` of ops (the plan's ``FRAMEWORK_REORDER_NS``). Anything that breaks the bound is still
+emitted, late, and counted: it takes the deepest emitted op still open around it as parent and, if
+it is still open, the events to come nest under it (:mod:`~profstream.engine.kernels.tree`); the
+events emitted before it arrived do not. A ``ProfilerStep#<n>`` longer than the bound is the usual
+case (``late_steps``, logged at debug level): no output reads it as a parent (operator_details leaves
+steps out, memory owners are ``aten``/``npu`` ops, flows start at torch ops), and the steps
+operator takes it whenever it comes. Any other late op (``late_ops``) may miss children, and a late
 enqueue gets no ``async_npu`` flows. The outputs therefore lag the inputs:
 :meth:`FrameworkOps.output_watermark` promises the horizon, or the start of an op or enqueue that a
 flow still to come may start from, whichever is older.
@@ -71,6 +78,7 @@ from profstream.engine.kernels._dispatch import NULL, BoolArray, Int64Array
 from profstream.engine.kernels.tree import NO_PARENT, Stack, nest, stab
 from profstream.engine.operators._state import (
     Columns,
+    KernelReach,
     concat,
     empty_columns,
     find,
@@ -122,6 +130,7 @@ _TASKS = ("device_id", "stream_id", "start", "launch")
 _FWD = ("seq", "fwd_pid", "fwd_tid", "fwd_ts", "bwd_pid", "bwd_tid", "bwd_ts")
 _COUNTERS = (
     "late_ops",
+    "late_steps",
     "tasks_without_launch",
     "kernels_without_op",
     "enqueue_without_dequeue",
@@ -207,6 +216,8 @@ class FrameworkOps(Operator):
         self._live = empty_columns(_LIVE)
         self._tasks = empty_columns(_TASKS)
         self._fwd = empty_columns(_FWD)
+        self._reach = KernelReach()
+        self._queue_lag = 0  # the longest wait seen from an enqueue's start to its dequeue's start
         self._counts = dict.fromkeys(_COUNTERS, 0)
         # not state: a shortcut for advances that cannot emit anything
         self._advanced_to, self._pushed = START, True
@@ -228,6 +239,7 @@ class FrameworkOps(Operator):
             raise KeyError(msg)
 
     def advance(self, watermark: int) -> list[Emit]:
+        self._reach.advance(watermark)
         until = horizon(watermark, self.max_op_ns)
         if until == self._advanced_to and not self._pushed:
             return []  # nothing new: emitting again would give nothing
@@ -357,6 +369,7 @@ class FrameworkOps(Operator):
             "start": ints(batch.column("start_ns"))[known],
             "launch": launch[known],
         }
+        self._reach.saw(new["launch"])
         self._tasks = concat(self._tasks, new)
 
     # ------------------------------------------------------------------ emission
@@ -369,7 +382,9 @@ class FrameworkOps(Operator):
         flows = _stack_flows(parts)
         if flows.num_rows:
             out.append(("flows", flows))
-        self._prune(until)
+        # before the first kernel shows how far behind kernels come, assume max_op_ns
+        reach = self._reach.reach(unknown=self.max_op_ns)
+        self._prune(until if until >= DONE else until - reach - self._queue_lag)
         return out
 
     def _take_ready(self, until: int) -> pa.Table:
@@ -412,7 +427,7 @@ class FrameworkOps(Operator):
         corr = ready.column("correlation_id").to_numpy()
         ids = self._next_op + np.arange(n, dtype=np.int64)
         self._next_op += n
-        self._counts["late_ops"] += int((start < self._emitted_to).sum())
+        self._count_late(ready, start < self._emitted_to)
         self._emitted_to = max(self._emitted_to, until)
 
         parents = np.full(n, NO_PARENT, np.int64)
@@ -536,6 +551,8 @@ class FrameworkOps(Operator):
         ei, di = ei[order], di[order]
         enq["flowed"][ei] = 1
         deq["flowed"][di] = 1
+        if ei.size:
+            self._queue_lag = max(self._queue_lag, int((deq["start"][di] - enq["start"][ei]).max()))
         return self._flows(
             ASYNC_TASK_QUEUE,
             enq["corr"][ei],
@@ -620,6 +637,16 @@ class FrameworkOps(Operator):
         self._counts["enqueue_without_dequeue"] += int((stale & (enq["flowed"] == 0)).sum())
         self._enq = take(enq, ~stale)
 
+    def _count_late(self, ready: pa.Table, late: BoolArray) -> None:
+        """Late ProfilerSteps apart: a step longer than ``max_op_ns`` is ordinary, and nothing read
+        from the tree misses it (they take no part in operator_details, memory owners or flows)."""
+        if not late.any():
+            return
+        steps = pc.starts_with(ready.column("name").filter(pa.array(late)).cast(pa.string()), "ProfilerStep#")
+        n_steps = int(pc.sum(steps.cast(pa.int64())).as_py() or 0)
+        self._counts["late_steps"] += n_steps
+        self._counts["late_ops"] += int(late.sum()) - n_steps
+
     def _report(self) -> None:
         """Log what never matched: unpaired marks, late ops, unlinked kernels, lone queue events."""
         counts = dict(self._counts)
@@ -642,10 +669,13 @@ class FrameworkOps(Operator):
                 "names": list(self._names),
                 "marks": pack_keyed(self._marks, 1),
                 "marks_seen": self._marks_seen,
-                "stack": [self._stack.ids, self._stack.ends, self._stack.tids],
+                "stack": [self._stack.ids, self._stack.starts, self._stack.ends, self._stack.tids],
+                "stack_latest": self._stack.latest,
                 "next_op": self._next_op,
                 "next_flow": self._next_flow,
                 "emitted_to": self._emitted_to,
+                "reach": self._reach.state(),
+                "queue_lag": self._queue_lag,
                 "enq": self._enq,
                 "deq": self._deq,
                 "live": self._live,
@@ -665,10 +695,12 @@ class FrameworkOps(Operator):
         self._names = {name: code for code, name in enumerate(doc["names"])}
         self._marks = unpack_keyed(doc["marks"])
         self._marks_seen = doc["marks_seen"]
-        self._stack = Stack(*(np.asarray(a, np.int64) for a in doc["stack"]))
+        ids, starts, ends, tids = (np.asarray(a, np.int64) for a in doc["stack"])
+        self._stack = Stack(ids, starts, ends, tids, doc["stack_latest"])
         self._next_op = doc["next_op"]
         self._next_flow = doc["next_flow"]
         self._emitted_to = doc["emitted_to"]
+        self._reach, self._queue_lag = KernelReach(doc["reach"]), doc["queue_lag"]
         self._enq, self._deq, self._live = doc["enq"], doc["deq"], doc["live"]
         self._tasks, self._fwd = doc["tasks"], doc["fwd"]
         self._counts = dict(doc["counts"])

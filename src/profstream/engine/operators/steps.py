@@ -72,8 +72,9 @@ spans ``[device start (host start if none), max(device end, host end)]``. torch_
 when one step launched nothing; here such a step gets its host range (counted). With a task queue
 torch_npu maps launches to steps through enqueue/dequeue correlation ids instead; that variant is
 not implemented (the launch window is what the device data gives directly). A step is final once
-the watermark is ``settle_ns`` past its host end (a kernel starts at most that long after the host
-step that launched it ends); a task arriving for a step already emitted is counted as late.
+the watermark is ``settle_ns`` past its host end, plus how far behind their launch kernels come
+(:class:`~profstream.engine.operators._state.KernelReach`); a task arriving for a step already
+emitted is counted as late.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ import pyarrow.compute as pc
 
 from profstream.codecs import training_trace as legacy_codec
 from profstream.codecs import ts_track
+from profstream.engine.operators._state import KernelReach
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 from profstream.events import RECORDS_UNMATCHED, get_logger
@@ -593,6 +595,7 @@ class FrameworkSteps(Operator):
         self._acc: I64 = np.empty((n, 4, 0), np.int64)
         self._pending: list[I64] = [np.empty((3, 0), np.int64) for _ in range(n)]  # launch, start, end
         self._last_end = _NULL  # host end of the latest step seen
+        self._reach = KernelReach()
         self._counts: dict[str, int] = {}
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
@@ -614,6 +617,7 @@ class FrameworkSteps(Operator):
                 for c in ("launch_ns", "start_ns", "end_ns")
             ]
         )
+        self._reach.saw(rows[0])
         self._pending[k] = np.concatenate([self._pending[k], rows], axis=1)
         self._assign(k)
 
@@ -688,7 +692,8 @@ class FrameworkSteps(Operator):
                 acc[_LAST_END, j] = max(acc[_LAST_END, j], en)
 
     def advance(self, watermark: int) -> list[Emit]:
-        limit = watermark - self.settle_ns if watermark != DONE else DONE
+        self._reach.advance(watermark)
+        limit = watermark - self.settle_ns - self._reach.reach(unknown=0) if watermark != DONE else DONE
         return self._emit(self._steps[_HOST_END] <= limit)
 
     def finish(self) -> list[Emit]:
@@ -733,6 +738,7 @@ class FrameworkSteps(Operator):
                 "acc": self._acc,
                 "pending": self._pending,
                 "last_end": self._last_end,
+                "reach": self._reach.state(),
                 "counts": self._counts,
             }
         )
@@ -741,3 +747,4 @@ class FrameworkSteps(Operator):
         doc = unpack_state(state)
         self._steps, self._acc, self._pending = doc["steps"], doc["acc"], doc["pending"]
         self._last_end, self._counts = doc["last_end"], doc["counts"]
+        self._reach = KernelReach(doc["reach"])
