@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,25 @@ def scenario_export(kind: str, layout: str = "msprof") -> Callable[[str, int], C
     return factory
 
 
+def scenario_export_both(chip: str, size_mb: int) -> Callable[[Path], Result]:
+    """The msprof binary's ``--export=on``: timeline and summary from one pass, into the PROF dir (a
+    hard-linked copy of the simulated run, so the shared simulation stays as it is)."""
+
+    def go(work: Path) -> Result:
+        src = simulated(work, chip, size_mb)
+        linked = work / f"export-both-{chip}-{size_mb}"
+        shutil.copytree(src, linked, copy_function=os.link)
+        [prof] = linked.glob("*/PROF_*")
+        argv = ["--export=on", f"--output={prof}"]
+        wall, rss = run(argv)
+        command = "profstream " + " ".join(argv)
+        return Result(
+            f"export timeline and summary (--export=on) {chip} {size_mb} MB", command, wall, rss, du_mb(src)
+        )
+
+    return go
+
+
 SCENARIOS: dict[str, Callable[[Path], Result]] = {
     f"{kind}-{chip}-{size}MB": factory(chip, size)
     for kind, factory in (
@@ -145,6 +165,7 @@ SCENARIOS: dict[str, Callable[[Path], Result]] = {
         ("export-timeline", scenario_export("timeline")),
         ("export-summary-torch_npu", scenario_export("summary", "torch_npu")),
         ("export-timeline-torch_npu", scenario_export("timeline", "torch_npu")),
+        ("export-both", scenario_export_both),
     )
     for chip in ("910A", "910B")
     for size in (100, 1024, 5120, 10240)

@@ -82,30 +82,30 @@ class _ProgressBar:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """``export timeline|summary`` (or both, for ``--export=on``) with msprof.py's arguments."""
-    from profstream.engine.layouts import Kind
+    """``export timeline|summary`` with msprof.py's arguments; ``--export=on`` writes both from one pass
+    over the raw data."""
     from profstream.export import Selection, clear_caches, export
 
     settings = settings_of(args)
-    kinds: tuple[Kind, ...] = ("timeline", "summary") if args.kind == "both" else (args.kind,)
-    for kind in kinds:
-        report = export(
-            args.collection_dir,
-            kind=kind,
-            layout=settings.export.layout,
-            output=args.output,
-            fmt=settings.export.format,
-            selection=Selection(args.model_id, args.iteration_id, args.iteration_count),
-            settings=settings.export,
-            on_invalid=settings.decode.on_invalid,
-            chunk_bytes=settings.decode.chunk_mb << 20,
-            advance_bytes=settings.decode.advance_mb << 20,
-            progress=_ProgressBar(f"export {kind}"),
-        )
-        sys.stdout.write(report.render() + "\n")
-        if args.clear:
-            for path in clear_caches(report):
-                sys.stdout.write(f"  cleared {path}\n")
+    report = export(
+        args.collection_dir,
+        kind=args.kind,
+        layout=settings.export.layout,
+        output=args.output,
+        fmt=settings.export.format,
+        selection=Selection(args.model_id, args.iteration_id, args.iteration_count),
+        settings=settings.export,
+        on_invalid=settings.decode.on_invalid,
+        chunk_bytes=settings.decode.chunk_mb << 20,
+        advance_bytes=settings.decode.advance_mb << 20,
+        progress=_ProgressBar(
+            "export timeline and summary" if args.kind == "both" else f"export {args.kind}"
+        ),
+    )
+    sys.stdout.write(report.render() + "\n")
+    if args.clear:
+        for path in clear_caches(report):
+            sys.stdout.write(f"  cleared {path}\n")
     return EXIT_OK
 
 

@@ -114,7 +114,8 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
 
     def render(self) -> str:
         """The one-screen summary the CLI prints."""
-        lines = [f"export {self.kind} ({self.layout} layout) took {self.seconds:.2f} s"]
+        what = "timeline and summary" if self.kind == "both" else self.kind
+        lines = [f"export {what} ({self.layout} layout) took {self.seconds:.2f} s"]
         for report in self.collections:
             lines.append(f"{report.path}")
             lines.append(f"  devices: {', '.join(map(str, report.devices)) or 'none'}")
