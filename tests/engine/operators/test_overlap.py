@@ -212,7 +212,8 @@ def test_input_later_than_the_lateness_is_clipped_and_counted() -> None:
     with capture_logs() as logs:
         out = drive(op, [])
     assert lanes(out[at("overlap", 0)])["Computing"] == [(20, 25)]
-    assert any("lateness" in str(e.get("reason")) for e in logs)
+    (clipped,) = [e for e in logs if "lateness" in str(e.get("reason"))]
+    assert clipped["log_level"] == "warning" and clipped["count"] == 1
 
 
 def test_model_step_source_filters_kind_and_model() -> None:

@@ -75,6 +75,9 @@ KERNEL_HOST_TYPES = (
 EXCLUDED_OP_SUFFIXES = ("AicpuKernel", "AivKernel")
 RECEIVE_PREFIX = "hcom_receive"
 DEFAULT_LATENESS_NS = 1_000_000_000
+#: the reason counted for an input that came later than ``lateness_ns`` allows: its lanes lose the part
+#: already emitted (a device task or communication op longer than that, for one)
+CLIPPED = "interval later than the lateness allows (clipped)"
 
 COMPUTING = "Computing"
 COMMUNICATION = "Communication"
@@ -244,7 +247,7 @@ class Overlap(Operator):
 
     def finish(self) -> list[Emit]:
         out = self._run(FLUSH, final=True)
-        report("overlap", self.device_id, self._counts)
+        report("overlap", self.device_id, self._counts, serious=(CLIPPED,))
         return out
 
     def _release(self, pending: I64, limit: int) -> tuple[I64, I64]:
@@ -253,7 +256,7 @@ class Overlap(Operator):
         out, rest = pending[:, ready], pending[:, ~ready]
         late = out[0] < self._limit
         if late.any():
-            count(self._counts, "interval later than the lateness allows (clipped)", int(late.sum()))
+            count(self._counts, CLIPPED, int(late.sum()))
             out[0] = np.maximum(out[0], self._limit)
             out = out[:, out[1] > out[0]]
         return out[:, np.argsort(out[0], kind="stable")], rest

@@ -80,7 +80,7 @@ emitted is counted as late.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import msgspec
@@ -203,12 +203,15 @@ def count(counts: dict[str, int], reason: str, n: int = 1) -> None:
     counts[reason] = counts.get(reason, 0) + n
 
 
-def report(component: str, device_id: int | None, counts: dict[str, int]) -> None:
-    """Log what never matched, once per reason, at the end."""
+def report(
+    component: str, device_id: int | None, counts: dict[str, int], serious: Collection[str] = ()
+) -> None:
+    """Log what never matched, once per reason, at the end; ``serious`` reasons (the output lost or
+    changed something) as warnings."""
     log = get_logger(component=component, device=device_id)
     for reason, n in sorted(counts.items()):
         if n:
-            log.info(RECORDS_UNMATCHED, reason=reason, count=n)
+            (log.warning if reason in serious else log.info)(RECORDS_UNMATCHED, reason=reason, count=n)
 
 
 # --------------------------------------------------------------------------- Steps
