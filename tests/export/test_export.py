@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 import profstream
 from profstream.config import ExportSettings
 from profstream.engine import plan
+from profstream.engine.operators import overlap
 from profstream.errors import DecodeError
 from profstream.export import IterationError, Selection, clear_caches, export
 from profstream.simulate import SimulationConfig, simulate
@@ -830,3 +831,30 @@ def test_outputs_do_not_depend_on_the_framework_window(
     assert events[0] == events[1]
     steps = list(csv.DictReader(short["step_trace_time.csv"].decode().splitlines()))
     assert [row["Step"] for row in steps] == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize("run_name", ["graph_run", "torch_run"])
+def test_operators_keep_their_watermark_promises(
+    run_name: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No task or communication op reaches the overlap operator after the watermark it was promised
+    (pairing, the host join and the communication op instances hold theirs back while they hold rows),
+    so the overlap lanes need no lateness: without any, nothing is clipped and the lanes are the same."""
+    run: Run = request.getfixturevalue(run_name)
+    lanes = []
+    for lateness in (0, overlap.DEFAULT_LATENESS_NS):
+        monkeypatch.setitem(overlap.Overlap.__init__.__kwdefaults__, "lateness_ns", lateness)
+        out = tmp_path / str(lateness)
+        with capture_logs() as logs:
+            export(
+                run.raw, kind="timeline", layout="msprof", output=out, chunk_bytes=1 << 12, advance_bytes=0
+            )
+        assert not [e for e in logs if e.get("reason") == overlap.CLIPPED]
+        events = [e for p in out.rglob("msprof_*.json") for e in json.loads(p.read_bytes())]
+        pids = {
+            e["pid"]
+            for e in events
+            if e.get("name") == "process_name" and e["args"]["name"] == "Overlap Analysis"
+        }
+        lanes.append(Counter(json.dumps(e, sort_keys=True) for e in events if e["pid"] in pids))
+    assert lanes[0] == lanes[1] and sum(lanes[0].values()) > 10

@@ -28,7 +28,9 @@ Watermarks: a feed's watermark is the largest time seen minus its reorder allowa
 an exhausted feed's is :data:`DONE`. An operator output's watermark is what
 :meth:`Operator.output_watermark` promises after its last advance (by default the input
 watermark). A derived stream's rows need not come in start order (pairing emits a task when it
-ends, a step arrives when it closes), so consumers of derived streams allow some lateness. Side
+ends, a step arrives when it closes): an operator that holds rows back promises no more than the
+earliest start it holds (task pairing, the host join, communication ops, framework ops, memory),
+and consumers of derived streams may still allow some lateness. Side
 inputs (dictionaries, unaging node info) are not streams: operators get them when they are built.
 
 Live feeds (the daemon's follow mode): a feed whose input is still being written yields

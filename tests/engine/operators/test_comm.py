@@ -286,8 +286,14 @@ def test_an_op_is_emitted_once_a_later_task_on_its_stream_shows_its_missing_task
     # op A's last task on stream 6, (6, 3), never runs; a later task on that stream says it will not
     comm.push("tasks@0", tasks([(6, 1, 0, 1000, 1100), (6, 2, 0, 1100, 1400), (7, 1, 0, 1420, 1500)], 0))
     assert table(comm.advance(1500), "comm@0") is None  # (6, 3) could still come
+    # so its row, from 1000, is still to come: nothing downstream may pass that start; an instance none
+    # of whose tasks ended in the last HOLD_NS stops holding
+    assert comm.output_watermark(1500) == 1000
+    assert comm.output_watermark(1500 + comm_module.HOLD_NS) == 1000
+    assert comm.output_watermark(1501 + comm_module.HOLD_NS) == 1501 + comm_module.HOLD_NS
     comm.push("tasks@0", tasks([(6, 4, 0, 1600, 1700)], 3))
     emitted = table(comm.advance(1800), "comm@0")
+    assert comm.output_watermark(1800) == 1800
     assert rows(emitted, "op_name", "start_ns", "end_ns") == [
         ("hcom_allReduce_0_oup_0_1", 1000, 1400),
         ("hcom_broadcast_1_N/A_0_1", 1600, 1700),  # no info, no op info: msprof's N/A group

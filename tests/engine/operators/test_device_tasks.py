@@ -175,16 +175,37 @@ def test_hwts_pairing_rules(sims: dict[str, tuple[Path, Path]]) -> None:
 
 
 def test_open_start_holds_output_until_horizon(sims: dict[str, tuple[Path, Path]]) -> None:
-    op = DeviceTasks(0, metadata(sims, "910A"), {"hwts"}, DeviceTaskSettings(open_horizon_ns=1000))
+    op = DeviceTasks(0, metadata(sims, "910A"), {"hwts"}, DeviceTaskSettings(open_task_ns=1000))
     op.push(HWTS, hwts((0, 1, 1, 100), *start_end(1, 2, 150, 160)))
     assert op.advance(500) == []  # task 1 is open: nothing after its start may leave
-    released = rows(op.advance(1200))  # task 1 started more than the horizon ago: stop waiting
+    assert op.output_watermark(500) == 100  # and nothing downstream may pass its start
+    released = rows(op.advance(1200))  # task 1 started more than open_task_ns ago: stop waiting
+    assert op.output_watermark(1200) == 1200
     assert [key(r) for r in released] == [(1, 2, 0, 150, 160)]
     op.push(HWTS, hwts((1, 1, 1, 1300)))
     with capture_logs() as logs:
         late = rows(op.advance(1400) + op.finish())
     assert [key(r) for r in late] == [(1, 1, 0, 100, 1300)]
     assert unmatched(logs)["late_tasks"] == 1
+
+
+def test_a_task_running_for_seconds_leaves_in_start_order(sims: dict[str, tuple[Path, Path]]) -> None:
+    """A 3 s task (a Notify Wait held by a slow rank) holds the output and the output watermark at its
+    start while short tasks of other streams run, then everything leaves in start order, none late."""
+    op = DeviceTasks(0, metadata(sims, "910A"), {"hwts"})
+    second = 1_000_000_000
+    op.push(HWTS, hwts((0, 1, 1, 10)))
+    out = []
+    for k in range(1, 6):  # short tasks on stream 2 every 0.6 s while task 1 runs
+        op.push(HWTS, hwts(*start_end(2, k, k * 600_000_000, k * 600_000_000 + 1000)))
+        out += op.advance(k * 600_000_000 + 2000)
+        assert op.output_watermark(k * 600_000_000 + 2000) == 10
+    assert out == []
+    op.push(HWTS, hwts((1, 1, 1, 3 * second)))
+    with capture_logs() as logs:
+        got = rows(op.advance(3 * second + 1) + op.finish())
+    assert [r["start_ns"] for r in got] == [10, *(k * 600_000_000 for k in range(1, 6))]
+    assert all(e.get("late_tasks", 0) == 0 for e in logs)
 
 
 def test_hwts_pmu_fifo_per_key(sims: dict[str, tuple[Path, Path]]) -> None:

@@ -293,9 +293,11 @@ def test_a_device_task_waits_until_its_launch_api_has_ended() -> None:
     join.push("task_track", launches([(T, 150, 2, 1, 0, AICORE)]))
     join.push("device_tasks@0", device_tasks([(2, 1, 0, 500, 510)], metrics={"aic_mac_ratio": [0.25]}))
     assert join.advance(600) == []  # the node API may still get node records until 700
+    assert join.output_watermark(600) == 500  # the waiting task's row is still to come
     join.push("node_basic_info", node_info([(T, 700, OP_A, 0, TYPE_ADD)]))
     done = table(join.advance(800), "tasks@0")
     assert rows(done, "op_name", "op_type", "aic_mac_ratio") == [("layer/Add_1", "Add", 0.25)]
+    assert join.output_watermark(800) == 800
 
 
 def test_state_stays_bounded_to_one_launch_per_task_id() -> None:

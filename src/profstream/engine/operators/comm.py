@@ -198,6 +198,10 @@ _DEVICE = pa.schema(
 )
 
 
+#: how long after its newest task ended an op instance still holds the output watermark
+HOLD_NS = 1_000_000_000
+
+
 def payload_jumps(op_names: pa.Array) -> I64:
     """msprof's ``jump`` of each op's RDMA payload groups: 3 for an op named like send or receive (no
     barrier), else 5 (kernels/hccl.py)."""
@@ -312,6 +316,31 @@ class Communication(Operator):
         if (until, located) != self._evicted_at:
             self._evict(until, located)
         return out
+
+    def output_watermark(self, watermark: int) -> int:
+        """The earliest start of a task still held for an op: an op row comes when its instance is
+        settled, from the start of its first task, so a long op must hold back what follows it. An
+        instance none of whose tasks ended in the last ``HOLD_NS``, or a task still waiting for its
+        host records that started longer ago, stops holding (one that never settles would otherwise
+        hold everything downstream for ``open_limit_ns``)."""
+        if watermark == DONE:
+            return DONE
+        recent = watermark - HOLD_NS
+        held = [watermark]
+        undealt = column(self._device, "start_ns")
+        undealt = undealt[undealt >= recent]
+        if len(undealt):
+            held.append(int(undealt.min()))
+        if self._open.num_rows:
+            ids = np.stack([column(self._open, "op_id"), column(self._open, "iteration")], axis=1)
+            _, instance = np.unique(ids, axis=0, return_inverse=True)
+            instance = instance.reshape(-1)
+            newest = np.full(int(instance.max()) + 1, np.iinfo(np.int64).min)
+            np.maximum.at(newest, instance, column(self._open, "end_ns"))
+            starts = column(self._open, "start_ns")[newest[instance] >= recent]
+            if len(starts):
+                held.append(int(starts.min()))
+        return min(held)
 
     def finish(self) -> list[Emit]:
         self._describe_ready(DONE, DONE)

@@ -40,11 +40,15 @@ CHIP_V4_1_0 a record of AIC data (``FftsPmuBean.is_aic_data``) fills the ``aic_`
 record uses the AI Core events, as msprof's ``calculate_pmu_list`` does.
 
 Emission by watermark: a task leaves once (a) no input can still deliver an older start (the watermark, and
-every open start younger than ``open_horizon_ns``), (b) its PMU record had its chance: it has one, or PMU
-records ending ``pmu_slack_ns`` after its end have been seen (PMU records come in task-end order), or it
-ended ``open_horizon_ns`` before the watermark, and (c) it is not held for a flip. Every emitted batch is
-sorted by start; a task paired after later ones were emitted (its start lost its end for longer than the
-horizon) is emitted late and counted.
+every open start younger than ``open_task_ns``, 5 s: a task may run that long), (b) its PMU record had its
+chance: it has one, or PMU records ending ``pmu_slack_ns`` after its end have been seen (PMU records come in
+task-end order), or it ended ``open_horizon_ns`` before the watermark, and (c) it is not held for a flip.
+Every emitted batch is sorted by start, and the output watermark is the start below which every task has
+left, so the operators downstream see a long task in time order. A task paired after later ones were
+emitted (it ran longer than ``open_task_ns``, or its start lost its end) is emitted late and counted.
+Whether an open start is a running task or a lost end cannot be told earlier: tasks of one stream overlap
+in the real traces of shared/realdata (HCCL Notify Waits on one stream by up to 73 ms), so a later start
+on the same stream proves nothing.
 
 Bounded state: open starts, STARS records above the watermark, tasks waiting for their PMU record or flip,
 PMU records waiting for their task, flips younger than the horizon. What never matched is counted and
@@ -173,9 +177,13 @@ def _latest_before(t_group: I64, t_time: I64, q_group: I64, q_time: I64) -> I64:
 class DeviceTaskSettings:
     """Tolerances of the streaming rules (see the module docstring)."""
 
-    #: how long an open start, a wrap waiting for its flip or a task waiting for its PMU record may hold
-    #: back the output; older ones stop holding it (they are emitted late, or without PMU / calibration)
+    #: how long a wrap waiting for its flip or a task waiting for its PMU record may hold back the output;
+    #: older ones stop holding it (they are emitted without calibration or PMU)
     open_horizon_ns: int = 1_000_000_000
+    #: how long an open start may hold back the output: a task may run that long (an HCCL Notify Wait of a
+    #: rank waiting for a slow one); an older open start is taken for a lost end and its task, if it ends
+    #: after all, is emitted late
+    open_task_ns: int = 5_000_000_000
     #: how much later than its task's end a PMU record may be stamped and still belong to it
     pmu_slack_ns: int = 100_000
 
@@ -224,6 +232,7 @@ class DeviceTasks(Operator):
         self._seq = 0
         self._frontier = START
         self._emitted = START
+        self._promised = START  # no task emitted later starts before this (late ones aside)
         self._counts: dict[str, int] = {}
 
     # ------------------------------------------------------------------ input
@@ -568,11 +577,12 @@ class DeviceTasks(Operator):
         if final:
             return DONE
         horizon = max(watermark - self.settings.open_horizon_ns, START + 1)
+        running = max(watermark - self.settings.open_task_ns, START + 1)
         bound = watermark
         starts = [pairing.open_starts(s).start for s in self._open_states()]
         starts.append(pairing.open_starts(self._ffts).start)
         for values in starts:
-            young = values[values >= horizon]
+            young = values[values >= running]
             if young.size:
                 bound = min(bound, int(young.min()))
         tasks = self._pending
@@ -588,19 +598,25 @@ class DeviceTasks(Operator):
         if self._stars:
             self._pair_stars(watermark)
         self._match_pmu()
-        out = self._release(self._bound(watermark, final), watermark, final)
+        bound = self._bound(watermark, final)
+        ready = np.flatnonzero(self._pending["start"] < bound)
+        out: list[Emit] = []
+        if ready.size:
+            batch, bound = self._assign_batches(_take(self._pending, ready), watermark, bound, final)
+            sent = self._pending["start"][ready] < bound
+            out = self._release(ready[sent], batch[sent], bound)
+        self._promised = bound
         self._age(watermark, final)
         return out
 
-    def _release(self, bound: int, watermark: int, final: bool) -> list[Emit]:
-        """Emit the pending tasks that start below ``bound`` and are not held for a flip."""
+    def output_watermark(self, watermark: int) -> int:
+        """The start below which every task has left (an open start, a task waiting for its PMU record or
+        flip holds it): downstream operators then need no lateness for tasks that run long."""
+        return min(watermark, self._promised)
+
+    def _release(self, emit: I64, batch: I64, bound: int) -> list[Emit]:
+        """Emit the pending tasks ``emit`` (their batch ids ``batch``), all starting below ``bound``."""
         tasks = self._pending
-        ready = np.flatnonzero(tasks["start"] < bound)
-        if not ready.size:
-            return []
-        batch, bound = self._assign_batches(_take(tasks, ready), watermark, bound, final)
-        emit = ready[tasks["start"][ready] < bound]
-        batch = batch[tasks["start"][ready] < bound]
         if not emit.size:
             return []
         rows = _take(tasks, emit)
@@ -737,7 +753,7 @@ class DeviceTasks(Operator):
                 "blocks": self._blocks,
                 "flips": self._flips,
                 "streams": self._streams,
-                "scalars": [self._seq, self._frontier, self._emitted],
+                "scalars": [self._seq, self._frontier, self._emitted, self._promised],
                 "counts": self._counts,
             }
         )
@@ -754,7 +770,7 @@ class DeviceTasks(Operator):
         self._blocks = doc["blocks"]
         self._flips = doc["flips"]
         self._streams = doc["streams"]
-        self._seq, self._frontier, self._emitted = (int(v) for v in doc["scalars"])
+        self._seq, self._frontier, self._emitted, self._promised = (int(v) for v in doc["scalars"])
         self._counts = {str(k): int(v) for k, v in doc["counts"].items()}
 
 

@@ -483,6 +483,13 @@ class HostJoin(Operator):
             self._evict(until, located)
         return out
 
+    def output_watermark(self, watermark: int) -> int:
+        """The earliest start of a device task still waiting for its launches (a launch inside a long
+        API, such as a stream synchronisation, waits for that API to end): downstream operators must
+        not pass it, or they would take its row for a late one."""
+        starts = column(self._device, "start_ns")
+        return min(watermark, int(starts.min())) if len(starts) else watermark
+
     def finish(self) -> list[Emit]:
         self._describe_ready(DONE, DONE)
         out = self._join(np.ones(self._device.num_rows, np.bool_))

@@ -33,13 +33,15 @@ one row with a null step sums everything, as torch_npu does without steps; its P
 torch op based) is null here. When steps overlap, the earlier one wins the shared time (torch_npu
 takes the first step in start order).
 
-Streaming: inputs are buffered until the watermark, less ``lateness_ns``, passes their start (task
-rows can arrive up to a task length after the watermark passed their start, since pairing emits
-them at their end); each lane is then extended by the union / combine / gaps kernels, which emit a
-piece as soon as no later input can change it. A piece that would belong to a step not yet seen
-waits (one step's worth: step rows arrive when the step ends); a step's row is emitted once no lane
-can still produce a piece starting inside it. An input that arrives later than the lateness allows is
-clipped to what was not yet emitted (counted), never allowed to overlap an emitted piece.
+Streaming: inputs are buffered until the watermark, less ``lateness_ns``, passes their start. The
+operators upstream promise the start of the rows they still hold (a task still running, a task whose
+launch API has not ended, an op instance still collecting its tasks), so the watermark alone orders
+the inputs and ``lateness_ns`` is only a margin. Each lane is then extended by the union / combine /
+gaps kernels, which emit a piece as soon as no later input can change it. A piece that would belong
+to a step not yet seen waits (one step's worth: step rows arrive when the step ends); a step's row is
+emitted once no lane can still produce a piece starting inside it. An input that arrives later than
+the lateness allows is clipped to what was not yet emitted (counted, a warning), never allowed to
+overlap an emitted piece.
 """
 
 from __future__ import annotations
