@@ -8,6 +8,7 @@ import json
 import signal
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from profstream.daemon import checkpoint as ckpt
@@ -230,3 +231,21 @@ def test_slices_aged_while_the_daemon_was_down_are_recorded_gaps(tmp_path: Path)
     assert [e["file"] for e in logged if "reason" not in e] == [offsets["file"]]
     done = ckpt.load(state)
     assert done is not None and done.finished
+
+
+def test_a_checkpoint_of_another_state_format_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """Operator snapshots change between versions: a checkpoint of another format, or one from before
+    the format was recorded, is refused by name instead of being misread."""
+    path = tmp_path / ckpt.CHECKPOINT_NAME
+    current = ckpt.Checkpoint(
+        state_format=ckpt.STATE_FORMAT, window=3, snapshot=b"x", streams=[], side_bytes=0
+    )
+    ckpt.save(path, current)
+    assert ckpt.load(path) == current
+    ckpt.save(path, msgspec.structs.replace(current, state_format=ckpt.STATE_FORMAT - 1))
+    with pytest.raises(ckpt.CheckpointError, match=f"state format {ckpt.STATE_FORMAT - 1}.*reads format"):
+        ckpt.load(path)
+    old = msgspec.msgpack.encode({"window": 3, "snapshot": b"x", "streams": [], "side_bytes": 0})
+    path.write_bytes(old)
+    with pytest.raises(ckpt.CheckpointError, match="state_format"):
+        ckpt.load(path)

@@ -55,6 +55,12 @@ class Gap(msgspec.Struct, frozen=True):
     reason: str
 
 
+#: the layout of the operator states a checkpoint holds; raised whenever an operator's snapshot changes
+#: (2: session 14's watermark promises and op-tree chain), so that another version refuses a checkpoint
+#: instead of misreading it
+STATE_FORMAT = 2
+
+
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     """What one collection's last commit made durable.
 
@@ -63,6 +69,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     ``finished`` that the collection is complete and every row committed.
     """
 
+    state_format: int  #: :data:`STATE_FORMAT` of the profstream that wrote it
     window: int
     snapshot: bytes
     streams: list[str]
@@ -123,10 +130,18 @@ def load(path: Path) -> Checkpoint | None:
     except FileNotFoundError:
         return None
     try:
-        return msgspec.msgpack.decode(blob, type=Checkpoint)
+        checkpoint = msgspec.msgpack.decode(blob, type=Checkpoint)
     except msgspec.DecodeError as err:
         msg = f"cannot read the checkpoint {path}: {err}; move it away to start this collection over"
         raise CheckpointError(msg) from err
+    if checkpoint.state_format != STATE_FORMAT:
+        msg = (
+            f"the checkpoint {path} holds operator state format {checkpoint.state_format}, this profstream"
+            f" reads format {STATE_FORMAT}; finish the collection with the version that wrote it, or move"
+            " the checkpoint away to start the collection over"
+        )
+        raise CheckpointError(msg)
+    return checkpoint
 
 
 def drop_uncommitted(directory: Path, window: int) -> list[Path]:

@@ -656,6 +656,7 @@ class CollectionRunner:
 
     def _save(self, window: int, snapshot: bytes, *, finished: bool) -> None:
         checkpoint = ckpt.Checkpoint(
+            state_format=ckpt.STATE_FORMAT,
             window=window,
             snapshot=snapshot,
             streams=sorted(self.planned_keys),
