@@ -80,8 +80,8 @@ _STREAMED_NODE_INFO = ("node_basic_info", "tensor_info")
 _FRAMEWORK_FEEDS = ("torch_op_range", "torch_op_mark", "torch_memory_usage")
 #: how long a torch op may last and still be nested in start order (FrameworkOps ``max_op_ns``):
 #: the framework reorder window, so the memory the op tree needs is bounded by this much of the run
-#: and not by the run's length. Longer ops (a ProfilerStep of more than 1 s) are still emitted,
-#: late and counted.
+#: and not by the run's length. A longer op is emitted late and counted; a ProfilerStep longer than
+#: this (a common case) stays a root and a step (FrameworkOps ``late_steps``).
 FRAMEWORK_REORDER_NS = 1_000_000_000
 
 
