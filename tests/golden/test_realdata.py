@@ -33,6 +33,7 @@ import pytest
 from profstream.engine.imports import ExportedRun, open_export
 from profstream.engine.kernels import overlap
 from profstream.engine.kernels._dispatch import FLUSH
+from profstream.engine.operators.memory import MODULE_NAMES
 from profstream.engine.operators.statistics import OpStatistic, TaskWaitTime
 from profstream.engine.runtime import at
 from tests.engine.profdirs import PT_910B, REALDATA
@@ -362,3 +363,17 @@ def test_other_real_csv_exports_import(path: Path) -> None:
     assert table.num_rows == len(rows)
     start_header = "Start Time(us)" if "Start Time(us)" in rows[0] else "Task Start Time(us)"
     assert table["start_ns"].to_pylist() == [int(Decimal(r[start_header].strip()) * 1000) for r in rows]
+
+
+def test_module_names_are_those_the_real_npu_module_mem_files_print() -> None:
+    """npu_module_mem's component names follow msprof's C++ MODULE_NAME_TABLE: the real files print
+    SLOG, HDC, DRV, KERNEL, ROS, TS, LP, TEEOS, ... which msprof's Python enum does not have (its id 0
+    is UNKNOWN). Names of the real files' older table that neither has now (IDEDH, MDC*) are left out."""
+    printed = set()
+    for path in REALDATA.rglob("npu_module_mem*.csv"):
+        with path.open(newline="", encoding="utf-8") as f:
+            printed |= {row["Component"] for row in csv.DictReader(f)}
+    ours = set(MODULE_NAMES.values())
+    assert {"SLOG", "HDC", "DRV", "KERNEL", "ROS", "TS", "LP", "TEEOS", "ADETECT", "BBOX"} <= printed & ours
+    assert "UNKNOWN" not in printed
+    assert len(printed & ours) >= 60

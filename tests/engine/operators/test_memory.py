@@ -373,10 +373,10 @@ def test_npu_memory_tables() -> None:
     )
     modules = pa.RecordBatch.from_pydict(
         {
-            "module_id": pa.array([45, 3, 1000], pa.uint32()),
-            "cpu_cycle_count": pa.array([1, 1, 1], pa.uint64()),
-            "total_size": pa.array([1 << 20, -1, 5], pa.int64()),
-            "time_ns": pa.array([100, 100, 100], pa.int64()),
+            "module_id": pa.array([45, 3, 1000, 0, 9], pa.uint32()),
+            "cpu_cycle_count": pa.array([1, 1, 1, 1, 1], pa.uint64()),
+            "total_size": pa.array([1 << 20, -1, 5, 0, 0], pa.int64()),
+            "time_ns": pa.array([100, 100, 100, 100, 100], pa.int64()),
         }
     )
     out = drive(samples, [(at("npu_mem_raw", 3), raw)]) | drive(
@@ -387,10 +387,13 @@ def test_npu_memory_tables() -> None:
         (3, "Device", 100, None, 30),
         (3, "7", 200, 1, 1),
     ]
+    # msprof's C++ MODULE_NAME_TABLE, as the real files print it: 0 is SLOG, 9 HDC
     assert brief(out[at("npu_module_mem", 3)], "component", "total_reserved_bytes") == [
         ("GE", 1 << 20),
         ("HCCL", None),
         ("1000", 5),
+        ("SLOG", 0),
+        ("HDC", 0),
     ]
     with pytest.raises(ValueError, match="family"):
         NpuMemory(0, "npu_mem_app")

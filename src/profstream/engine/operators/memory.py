@@ -103,16 +103,24 @@ from profstream.engine.operators._state import (
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
-#: msprof ``ModuleName`` (analysis/profiling_bean/prof_enum/data_tag.py): npu_module_mem component ids
+#: npu_module_mem component names by module id: msprof's C++ ``MODULE_NAME_TABLE``
+#: (Ascend/msprof ``analysis/csrc/application/database/db_constant.h``), which writes npu_module_mem on
+#: 910B. msprof's Python ``ModuleName`` enum (``profiling_bean/prof_enum/data_tag.py``, the spec's source)
+#: differs: 0 UNKNOWN, 2 IDEDH, 5 HIAIENGINE, 9 HLT, and no HDC, DRV, KERNEL, ROS, TS, LP, TEEOS, ...
+#: The real npu_module_mem.csv files in shared/realdata print SLOG, HDC, DRV, KERNEL, ROS, TS, LP, TEEOS,
+#: BBOX, CAMERA, ISP, ADETECT and more that only the C++ table names (their version also had some names
+#: neither table has now, such as IDEDH and the MDC* modules), and print an id their table lacks as its
+#: number ("76"), as :meth:`NpuMemory._module_mem` does.
 MODULE_NAMES: dict[int, str] = {
-    0: "UNKNOWN", 1: "IDEDD", 2: "IDEDH", 3: "HCCL", 4: "FMK", 5: "HIAIENGINE", 6: "DVPP", 7: "RUNTIME",
-    8: "CCE", 9: "HLT", 22: "DEVMM", 24: "LIBMEDIA", 25: "CCECPU", 26: "ASCENDDK", 27: "HCCP_SCHEDULE",
-    28: "HCCP", 29: "ROCE", 30: "TEFUSION", 31: "PROFILING", 32: "DP", 33: "APP", 35: "TSDUMP",
-    36: "AICPU", 37: "AICPU_SCHEDULE", 38: "TDT", 39: "FE", 40: "MD", 41: "MB", 42: "ME", 45: "GE",
-    48: "ASCENDCL", 54: "PROCMGR", 56: "AIVECTOR", 57: "TBE", 58: "FV", 59: "PYPTO", 60: "TUNE",
-    61: "HSS", 62: "FFTS", 63: "OP", 64: "UDF", 65: "HICAID", 66: "TSYNC", 67: "AUDIO", 68: "TPRT",
-    69: "ASCENDCKERNEL", 70: "ASYS", 71: "ATRACE", 72: "RTC", 73: "SYSMONITOR", 74: "AML", 75: "MBUFF",
-    76: "CUSTOM_SCHEDULE",
+    0: "SLOG", 1: "IDEDD", 2: "SCC", 3: "HCCL", 4: "FMK", 5: "CCU", 6: "DVPP", 7: "RUNTIME", 8: "CCE",
+    9: "HDC", 10: "DRV", 11: "NET", 22: "DEVMM", 23: "KERNEL", 24: "LIBMEDIA", 25: "CCECPU", 27: "ROS",
+    28: "HCCP", 29: "ROCE", 30: "TEFUSION", 31: "PROFILING", 32: "DP", 33: "APP", 34: "TS", 35: "TSDUMP",
+    36: "AICPU", 37: "LP", 38: "TDT", 39: "FE", 40: "MD", 41: "MB", 42: "ME", 43: "IMU", 44: "IMP",
+    45: "GE", 47: "CAMERA", 48: "ASCENDCL", 49: "TEEOS", 50: "ISP", 51: "SIS", 52: "HSM", 53: "DSS",
+    54: "PROCMGR", 55: "BBOX", 56: "AIVECTOR", 57: "TBE", 58: "FV", 60: "TUNE", 61: "HSS", 62: "FFTS",
+    63: "OP", 64: "UDF", 65: "HICAID", 66: "TSYNC", 67: "AUDIO", 68: "TPRT", 69: "ASCENDCKERNEL",
+    70: "ASYS", 71: "ATRACE", 72: "RTC", 73: "SYSMONITOR", 74: "AMP", 75: "ADETECT", 76: "MBUFF",
+    77: "CUSTOM",
 }  # fmt: skip
 #: npu_mem ``event`` names (msprof ``NpuMemViewer``)
 EVENT_NAMES = {0: "APP", 1: "Device"}
