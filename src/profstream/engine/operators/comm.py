@@ -211,6 +211,20 @@ def payload_jumps(op_names: pa.Array) -> I64:
     return np.where(flags, hccl.JUMP_NO_BARRIER, hccl.JUMP_WITH_BARRIER).astype(np.int64)
 
 
+def _instances(tasks: pa.Table) -> tuple[I64, I64]:
+    """The (op id, iteration) instances of ``tasks``, sorted, and each task's instance index."""
+    pairs = np.stack([column(tasks, "op_id"), column(tasks, "iteration")], axis=1)
+    keys, instance = np.unique(pairs, axis=0, return_inverse=True)
+    return keys, instance.reshape(-1)
+
+
+def _last_ends(tasks: pa.Table, instance: I64, count: int) -> I64:
+    """The latest task end of each of ``count`` instances."""
+    last = np.full(count, np.iinfo(np.int64).min)
+    np.maximum.at(last, instance, column(tasks, "end_ns"))
+    return last
+
+
 def _merge_latest(latest: tuple[I64, I64], streams: I64, times: I64) -> tuple[I64, I64]:
     """Per stream, the latest host launch time of a task dealt so far."""
     all_streams = np.r_[latest[0], streams]
@@ -332,11 +346,8 @@ class Communication(Operator):
         if len(undealt):
             held.append(int(undealt.min()))
         if self._open.num_rows:
-            ids = np.stack([column(self._open, "op_id"), column(self._open, "iteration")], axis=1)
-            _, instance = np.unique(ids, axis=0, return_inverse=True)
-            instance = instance.reshape(-1)
-            newest = np.full(int(instance.max()) + 1, np.iinfo(np.int64).min)
-            np.maximum.at(newest, instance, column(self._open, "end_ns"))
+            keys, instance = _instances(self._open)
+            newest = _last_ends(self._open, instance, len(keys))
             starts = column(self._open, "start_ns")[newest[instance] >= recent]
             if len(starts):
                 held.append(int(starts.min()))
@@ -554,11 +565,8 @@ class Communication(Operator):
         """
         if not self._open.num_rows:
             return []
-        op_id, iteration = column(self._open, "op_id"), column(self._open, "iteration")
-        keys, instance = np.unique(np.stack([op_id, iteration], axis=1), axis=0, return_inverse=True)
-        instance = instance.reshape(-1)
-        last_end = np.full(len(keys), np.iinfo(np.int64).min)
-        np.maximum.at(last_end, instance, column(self._open, "end_ns"))
+        keys, instance = _instances(self._open)
+        last_end = _last_ends(self._open, instance, len(keys))
         newest = np.zeros(len(keys), np.int64)
         same_op = np.searchsorted(keys[:, 0], keys[:, 0])  # the first instance of each op
         np.maximum.at(newest, same_op, keys[:, 1])
@@ -604,9 +612,7 @@ class Communication(Operator):
 
     def _rows(self, tasks: pa.Table) -> list[Emit]:
         """Op rows and task rows of finished instances, with msprof's op names."""
-        op_id, iteration = column(tasks, "op_id"), column(tasks, "iteration")
-        keys, instance = np.unique(np.stack([op_id, iteration], axis=1), axis=0, return_inverse=True)
-        instance = instance.reshape(-1)
+        keys, instance = _instances(tasks)
         master = column(tasks, "master", np.bool_)
         start, end = column(tasks, "start_ns"), column(tasks, "end_ns")
         big = np.iinfo(np.int64).max
