@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from unittest import mock
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from profstream.engine import schema
+from profstream.engine.operators import host_join
 from profstream.engine.operators.api import (
     ACL_LEVEL,
     COMMUNICATION_LEVEL,
@@ -479,3 +484,33 @@ def test_with_the_device_tasks_operator(simulated: Simulated) -> None:
         )
     }
     assert found == expected
+
+
+@given(
+    st.lists(
+        st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 2), min_size=3, max_size=3), max_size=30
+    ),
+    st.booleans(),
+)
+def test_distinct_rows_maps_every_row_to_an_equal_first_occurrence(
+    values: list[list[int]], collide: bool
+) -> None:
+    rows = np.array(values, np.int64).reshape(len(values), 3)
+    # with a zero multiplier every row hashes alike, so the exact fallback has to sort them out
+    with mock.patch.object(host_join, "_FNV_PRIME", np.uint64(0 if collide else 0x100000001B3)):
+        first, which = host_join.distinct_rows(rows)
+    assert len(first) == len({tuple(r) for r in values})
+    assert (rows[first[which]] == rows).all()
+    assert len({tuple(rows[i]) for i in first}) == len(first)
+
+
+def test_repeated_tensor_descriptions_print_like_the_first_one() -> None:
+    same = (0, 2, 0, 1, [8, 1024, 1])
+    other = (1, 29, 0, 27, [2, 2])
+    rows = host_join.tensor_rows(
+        tensor_info([(T, 200, OP_A, [same, other, same]), (T, 300, OP_B, [other, same])]), 0
+    )
+    assert rows.column("shape").to_pylist() == ["8,1024,1", "2,2", "8,1024,1", "2,2", "8,1024,1"]
+    assert rows.column("format").to_pylist() == ["ND", "FRACTAL_NZ", "ND", "FRACTAL_NZ", "ND"]
+    assert rows.column("data_type").to_pylist() == ["FLOAT16", "DT_BF16", "FLOAT16", "DT_BF16", "FLOAT16"]
+    assert rows.column("output").to_pylist() == [False, True, False, True, False]

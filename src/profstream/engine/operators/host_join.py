@@ -160,6 +160,7 @@ OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
 
 I64T, U64T, STR = pa.int64(), pa.uint64(), pa.string()
+_FNV_PRIME = np.uint64(0x100000001B3)
 _LAUNCHES = pa.schema(
     [
         ("thread_id", I64T),
@@ -272,25 +273,39 @@ def _join_lists(texts: pa.Array, groups: I64, count: int, separator: str) -> pa.
     return pc.if_else(pa.array(sizes > 0), joined, pa.scalar(None, STR))
 
 
+def distinct_rows(rows: I64) -> tuple[I64, I64]:
+    """The first occurrence of each distinct row of the int64 matrix ``rows``, and each row's index
+    into those: hashed (FNV-style over the columns), then checked exactly, with a sort of the whole
+    rows only when two different rows share a hash."""
+    hashed = np.zeros(len(rows), np.uint64)
+    for j in range(rows.shape[1]):
+        hashed = (hashed ^ rows[:, j].view(np.uint64)) * _FNV_PRIME
+    first, which = np.unique(hashed, return_index=True, return_inverse=True)[1:]
+    if not (rows[first[which]] == rows).all():
+        first, which = np.unique(rows, axis=0, return_index=True, return_inverse=True)[1:]
+    return first, which.reshape(-1)
+
+
 def tensor_rows(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
-    """tensor_info records as one row per tensor (the first ``tensor_num`` slots) with msprof's text."""
+    """tensor_info records as one row per tensor (the first ``tensor_num`` slots) with msprof's text.
+
+    A training step launches the same ops on the same shapes again and again (a simulated batch of
+    16,500 tensors holds 41 distinct descriptions), so each distinct (dims, format, sub-format, data
+    type) is formatted once.
+    """
     n = batch.num_rows
     used = np.arange(MAX_TENSORS) < column(batch, "tensor_num")[:, None]
     kind = _matrix(batch, "tensor_type", MAX_TENSORS).reshape(n, MAX_TENSORS)
     used &= (kind == TENSOR_INPUT) | (kind == TENSOR_OUTPUT)
     record, slot = np.nonzero(used)
     dims = _matrix(batch, "shape", MAX_TENSORS).reshape(n, MAX_TENSORS, SHAPE_DIMS)[record, slot]
-    kept = np.cumprod(dims != 0, axis=1).astype(np.bool_)  # up to the first 0
-    offsets = np.r_[0, np.cumsum(kept.sum(axis=1))].astype(np.int32)
-    dim_text = pa.array(dims[kept].astype(np.int64)).cast(STR)
-    shape = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), dim_text), ",")
-    fmt = _matrix(batch, "format", MAX_TENSORS).reshape(n, MAX_TENSORS)[record, slot].astype(np.int64)
-    sub = _matrix(batch, "sub_format", MAX_TENSORS).reshape(n, MAX_TENSORS)[record, slot].astype(np.int64)
-    undefined = (fmt == UNDEFINED_FORMAT[0]) & (sub == UNDEFINED_FORMAT[1])
-    names = enum_names(np.where(undefined, 0xFFFFFFFF, fmt), {**GE_FORMATS, 0xFFFFFFFF: "UNDEFINED"})
-    with_sub = pc.binary_join_element_wise(names, pa.array(sub).cast(STR), ":")
-    formats = pc.if_else(pa.array((sub > 0) & ~undefined), with_sub, names)
-    dtype = _matrix(batch, "data_type", MAX_TENSORS).reshape(n, MAX_TENSORS)[record, slot]
+    fmt, sub, dtype = (
+        _matrix(batch, name, MAX_TENSORS).reshape(n, MAX_TENSORS)[record, slot].astype(np.int64)
+        for name in ("format", "sub_format", "data_type")
+    )
+    first, which = distinct_rows(np.column_stack((dims, fmt, sub, dtype)).astype(np.int64))
+    texts = tensor_descriptions(dims[first], fmt[first], sub[first], dtype[first])
+    index = pa.array(which)
     return pa.table(
         {
             "thread_id": pa.array(column(batch, "thread_id")[record]),
@@ -298,11 +313,22 @@ def tensor_rows(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
             "seq": pa.array(first_seq + record * MAX_TENSORS + slot),
             "op_name_hash": pa.array(column(batch, "op_name_hash", np.uint64)[record]),
             "output": pa.array(kind[record, slot] == TENSOR_OUTPUT),
-            "shape": shape,
-            "format": formats,
-            "data_type": enum_names(dtype, GE_DATA_TYPES),
+            **{name: text.take(index) for name, text in texts.items()},
         }
     ).cast(_TENSORS)
+
+
+def tensor_descriptions(dims: Array, fmt: I64, sub: I64, dtype: Array) -> dict[str, pa.Array]:
+    """msprof's shape, format and data type texts of tensors (see the module docstring)."""
+    kept = np.cumprod(dims != 0, axis=1).astype(np.bool_)  # up to the first 0
+    offsets = np.r_[0, np.cumsum(kept.sum(axis=1))].astype(np.int32)
+    dim_text = pa.array(dims[kept].astype(np.int64)).cast(STR)
+    shape = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets), dim_text), ",")
+    undefined = (fmt == UNDEFINED_FORMAT[0]) & (sub == UNDEFINED_FORMAT[1])
+    names = enum_names(np.where(undefined, 0xFFFFFFFF, fmt), {**GE_FORMATS, 0xFFFFFFFF: "UNDEFINED"})
+    with_sub = pc.binary_join_element_wise(names, pa.array(sub).cast(STR), ":")
+    formats = pc.if_else(pa.array((sub > 0) & ~undefined), with_sub, names)
+    return {"shape": shape, "format": formats, "data_type": enum_names(dtype, GE_DATA_TYPES)}
 
 
 def launched_on(batch: pa.RecordBatch, device_id: int) -> npt.NDArray[np.bool_]:
