@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--framework", choices=("none", "torch_npu"), default="none")
     simulate.add_argument("--aic-metrics", default="PipeUtilization", metavar="GROUP")
     simulate.add_argument("--profiling-options", metavar="JSON", help="PROFILING_OPTIONS to record")
+    simulate.add_argument(
+        "--l2-cache", action="store_true", help="also record L2 cache counters per task (l2_cache.data)"
+    )
     simulate.add_argument("--seed", type=int, default=0)
     simulate.add_argument("--truth", metavar="DIR", help="also write the ground truth as Parquet here")
     simulate.add_argument(

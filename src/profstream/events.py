@@ -18,6 +18,7 @@ FILE_IGNORED: Final = "file_ignored"  # an unknown file name in a data dir (logg
 RECORDS_DROPPED: Final = "records_dropped"  # invalid records skipped under the skip policy
 RECORDS_LOST: Final = "records_lost"  # gaps in a record family's rolling counter
 RECORDS_UNMATCHED: Final = "records_unmatched"  # records an operator could not pair or join
+L2_CACHE_NOT_COMPUTED: Final = "l2_cache_not_computed"  # no rates: the chip or its configured events
 TRUNCATED_TAIL: Final = "truncated_tail"  # a stream ends in a partial record
 LEADING_BYTES_DROPPED: Final = "leading_bytes_dropped"  # aged stream starts mid-record
 BATCH_DECODED: Final = "batch_decoded"

@@ -279,6 +279,7 @@ def layout_context(
         window=window,
         csv_slice_rows=csv_slice_rows,
         collection_start_ns=collection.collection_starts_ns,
+        l2_cache=any(d.stream("l2_cache") is not None for d in collection.devices),
     )
 
 

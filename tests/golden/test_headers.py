@@ -61,7 +61,10 @@ def test_level0_kernel_details_header() -> None:
 def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("headers")
     simulate(
-        SimulationConfig(chip="910B", steps=2, ops_per_step=24, framework="torch_npu", seed=11), base / "raw"
+        SimulationConfig(
+            chip="910B", steps=2, ops_per_step=24, framework="torch_npu", seed=11, l2_cache=True
+        ),
+        base / "raw",
     )
     export(base / "raw", kind="summary", layout="torch_npu", output=base / "torch_npu")
     export(base / "raw", kind="summary", layout="msprof", output=base / "msprof")
@@ -78,6 +81,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "memory_record.csv",
         "npu_module_mem.csv",
         "operator_details.csv",
+        "l2_cache.csv",
     ],
 )
 def test_torch_npu_headers_equal_the_real_files_and_lines_end_in_crlf(exported: Path, name: str) -> None:

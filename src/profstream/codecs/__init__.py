@@ -25,6 +25,7 @@ _MODULES = (
     "training_trace",
     "lpm_freq",
     "npu_mem",
+    "l2_cache",
     "framework",
     "api_event",
     "compact",

@@ -67,6 +67,7 @@ TIME_SPECS: dict[str, TimeSpec] = {
     },
     "aicore": _spec(None),
     "aiv": _spec(None),
+    "l2_cache": _spec(None),
     "npu_mem": _spec("time_ns", ("timestamp", "time_ns", "npu_mem")),
     "npu_mem_app": _spec("time_ns", ("timestamp", "time_ns", "npu_mem")),
     "npu_module_mem": _spec("time_ns", ("cpu_cycle_count", "time_ns", "host")),

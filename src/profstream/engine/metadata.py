@@ -174,6 +174,7 @@ class SampleJson(_Lenient, frozen=True):
     storage_limit: str = msgspec.field(name="storageLimit", default="")
     hwts_log: str = ""
     stars_acsq_task: str = ""
+    l2_cache_events: str = msgspec.field(name="l2CacheTaskProfilingEvents", default="")
 
     def __post_init__(self) -> None:
         _ = self.device_ids

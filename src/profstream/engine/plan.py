@@ -15,6 +15,7 @@ Graph, per device ``d`` (inputs present in the collection only):
     ts_track -> Steps -> steps@d;  ops, tasks@* -> FrameworkSteps -> framework_steps@*
     tasks@d, comm@d, steps -> Overlap -> overlap@d, step_time@d
     npu_mem, npu_module_mem -> NpuMemory (one per family) -> npu_mem@d, npu_module_mem@d
+    l2_cache (follows the task log) -> L2Cache -> l2_cache@d
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
@@ -41,6 +42,7 @@ from profstream.engine.operators.comm_analysis import CommAnalysis
 from profstream.engine.operators.device_tasks import DeviceTasks
 from profstream.engine.operators.framework_ops import FrameworkOps
 from profstream.engine.operators.host_join import HostJoin
+from profstream.engine.operators.l2_cache import L2Cache
 from profstream.engine.operators.memory import Memory, NpuMemory
 from profstream.engine.operators.operator_details import OperatorDetails
 from profstream.engine.operators.overlap import Overlap, StepSource
@@ -61,6 +63,7 @@ DEVICE_TABLES = (
     "step_time",
     "npu_mem",
     "npu_module_mem",
+    "l2_cache",
     "op_statistic",
     "comm_statistic",
     "comm_ops",
@@ -157,6 +160,11 @@ class Planner:
             for family in NpuMemory.SOURCES:
                 if fs.has(data_dir, family):
                     specs[at(f"{family}_raw", device_id)] = _FeedSpec(data_dir, family)
+            if fs.has(data_dir, "l2_cache"):  # written per task as the task log is: it follows the log
+                logs = [at(f, device_id) for f in ("stars_soc", "hwts") if at(f, device_id) in specs]
+                specs[at("l2_cache_raw", device_id)] = _FeedSpec(
+                    data_dir, "l2_cache", follows=logs[0] if logs else None
+                )
         return specs
 
     def feed_streams(self) -> dict[str, list[Stream]]:
@@ -230,6 +238,9 @@ class Planner:
             if at("ts_track", d) in self._feeds:
                 ops.append(Steps(d))
             ops += [NpuMemory(d, s) for s in NpuMemory.SOURCES if at(f"{s}_raw", d) in self._feeds]
+            if at("l2_cache_raw", d) in self._feeds:
+                metadata = data_dir.metadata
+                ops.append(L2Cache(d, metadata.info.platform_version, metadata.sample.l2_cache_events))
         joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
         if framework:
             ops += [

@@ -239,6 +239,15 @@ TABLES: Mapping[str, pa.Schema] = {
         ("time_ns", I64),
         ("total_reserved_bytes", I64),  # null: only the release was captured (-1 in msprof)
     ),
+    # L2 cache rates per task record (l2_cache csv), in record order; op names are the layouts'
+    "l2_cache": _schema(
+        ("device_id", I32),
+        ("stream_id", I32),
+        ("task_id", I32),
+        ("task_type", I32),  # as the record holds it
+        ("hit_rate", F64),
+        ("victim_rate", F64),
+    ),
     "steps": STEPS,
     # torch_npu's device step ranges (framework_outputs.md §4c) have the shape of ``steps``
     "framework_steps": STEPS,

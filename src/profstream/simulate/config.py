@@ -48,6 +48,8 @@ class ChipProfile:
     ai_core_num: int
     aiv_num: int
     ai_cpu_core_num: int
+    #: the collector's default l2CacheTaskProfilingEvents (specs/msprof_outputs.md §4c)
+    l2_events: tuple[int, ...] = ()
 
     @property
     def tick_ns(self) -> int:
@@ -55,9 +57,12 @@ class ChipProfile:
         return 1000 // self.hwts_freq_mhz
 
 
+#: the collector's default L2 cache events: cloud (910A) and CloudV2 (910B) platform adapters
+L2_EVENTS_910A = (0x5B, 0x59, 0x5C, 0x7D, 0x7E, 0x71, 0x79, 0x7C)
+L2_EVENTS_910B = (0xF6, 0xFB, 0xFC, 0xBF, 0x90, 0x91, 0x9C, 0x9D)
 CHIPS: dict[str, ChipProfile] = {
-    "910A": ChipProfile("910A", 1, False, 100, 800, 32, 0, 14),
-    "910B": ChipProfile("910B", 5, True, 50, 800, 24, 48, 6),
+    "910A": ChipProfile("910A", 1, False, 100, 800, 32, 0, 14, L2_EVENTS_910A),
+    "910B": ChipProfile("910B", 5, True, 50, 800, 24, 48, 6, L2_EVENTS_910B),
 }
 
 
@@ -82,6 +87,7 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     aic_metrics: str = "PipeUtilization"
     profiling_options: str = ""
     seed: int = 0
+    l2_cache: bool = False
     slice_bytes: int = DEFAULT_SLICE_BYTES
     target_bytes: int | None = None
 
@@ -114,6 +120,11 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     @property
     def pmu_events(self) -> tuple[int, ...]:
         return AIC_METRICS_EVENTS[self.aic_metrics]
+
+    @property
+    def l2_events(self) -> tuple[int, ...]:
+        """The L2 cache events the devices count (none without ``l2_cache``)."""
+        return self.profile.l2_events if self.l2_cache else ()
 
     def device_ids(self, rank: int) -> tuple[int, ...]:
         """The device ids rank ``rank`` profiles."""

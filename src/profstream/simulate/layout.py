@@ -189,6 +189,8 @@ def _sample(config: SimulationConfig, layout: Layout, device_id: int | None) -> 
         "host_sys_pid": layout.pid,
         "hwts_log": "" if stars else "on",
         "job_id": device,
+        "l2CacheTaskProfiling": "on" if config.l2_events else "off",
+        "l2CacheTaskProfilingEvents": ",".join(f"0x{e:X}" for e in config.l2_events),
         "msproftx": "off",
         "npuAppMemProfiling": "on",
         "npuModuleMemProfiling": "on",
@@ -284,7 +286,7 @@ def write_end_files(
             "experimental_config": {
                 "_profiler_level": "Level1",
                 "_aic_metrics": ACL_METRICS[config.aic_metrics],
-                "_l2_cache": False,
+                "_l2_cache": config.l2_cache,
                 "_msprof_tx": False,
                 "_data_simplification": True,
                 "record_op_args": False,

@@ -224,6 +224,7 @@ class DeviceContext:
     pid: int
     acl_tid: int
     py_tid: int
+    l2_events: tuple[int, ...] = ()  # sample.json's L2 cache events; none: no l2_cache.data
     counters: dict[str, int] = field(default_factory=dict)
     next_sample: int = 0  # time of the next npu_mem sample
     ge_totals: tuple[int, int] = (WEIGHTS_BYTES,) * 2  # task_memory_info: allocated, reserved
@@ -313,6 +314,8 @@ def device_rows(chunk: Chunk, ctx: DeviceContext) -> list[Rows]:
         rows += [_stars_soc(tasks, ctx), _ffts_profile(pmu, cycles, counts, ctx)]
     else:
         rows += [_hwts(tasks, ctx), _aicore(pmu, cycles, counts, ctx)]
+    if ctx.l2_events:
+        rows.append(_l2_cache(pmu, cycles, counts, ctx))
     rows += _samples(chunk, ctx)
     return [r for r in rows if len(r)]
 
@@ -384,6 +387,24 @@ def _ffts_profile(pmu: Slots, cycles: I64, counts: I64, ctx: DeviceContext) -> R
     }
     columns |= {f"pmu_{i}": counts[:, i] for i in range(8)}
     return _with_counter(Rows("ffts_profile", columns, pmu.end), ctx)
+
+
+def _l2_cache(pmu: Slots, cycles: I64, counts: I64, ctx: DeviceContext) -> Rows:
+    """One L2 cache record per PMU task, in end order: requests from its cycles, hit and victim shares
+    from its PMU counts, spread over the events msprof's formula of the chip sums (l2_cache operator)."""
+    requests = cycles // 4 + 1
+    hits = requests * (counts[:, 0] % 1001) // 1000
+    victims = requests * (counts[:, 1] % 301) // 1000
+    by_event = {
+        0x59: requests, 0x5B: hits, 0x5C: victims,  # 910A: 0x59 requests, 0x5b hits, 0x5c victims
+        0xFB: requests - requests // 3, 0xFC: requests // 3,  # 910B: requests 0xfb + 0xfc,
+        0x90: hits - hits // 2, 0x91: hits // 2, 0x9C: victims,  # hits 0x90 + 0x91, victims 0x9c
+    }  # fmt: skip
+    columns: Columns = {"task_type": np.zeros(len(pmu.start), np.int64), "stream_id": pmu.stream}
+    columns["task_id"] = pmu.task_id & 0xFFFF
+    for i, event in enumerate(ctx.l2_events):
+        columns[f"event_{i}"] = by_event.get(event, cycles // 16)
+    return Rows("l2_cache", columns, pmu.end).ordered()
 
 
 def _ts_track(chunk: Chunk, ctx: DeviceContext) -> Rows:

@@ -65,6 +65,7 @@ class Context:
     csv_slice_rows: int = CSV_LIMIT  #: data rows per file of a sliced (msprof-named) summary CSV
     #: per device, its start_info ``clockMonotonicRaw`` (host ns): msprof leaves out what ran before it
     collection_start_ns: Mapping[int, int] = field(default_factory=dict)
+    l2_cache: bool = False  #: some device recorded L2 cache counters (``l2_cache.data``)
 
 
 Source = str | Callable[[pa.RecordBatch], pa.Array]

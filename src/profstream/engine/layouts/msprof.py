@@ -7,7 +7,8 @@ export (the C++ path's rule, §1.2) and sliced at 1,000,000 rows:
   (the Step Trace layer alone, §2.4);
 * summary: ``op_summary``, ``op_statistic``, ``task_time``, ``api_statistic``, ``step_trace``,
   ``communication_statistic``, ``npu_mem``, ``npu_module_mem``, ``memory_record``,
-  ``operator_memory`` (§2), each with ``Device_id`` first (§1.4), and ``README.txt`` (§1.3).
+  ``operator_memory`` (§2), ``l2_cache`` (§2.9, when a device recorded L2 cache counters), each with
+  ``Device_id`` first (§1.4), and ``README.txt`` (§1.3).
 
 Choices where the spec leaves room:
 
@@ -66,6 +67,7 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, map_text, text
 from profstream.engine.operators import pmu
+from profstream.engine.operators.settled import SettledLaunches
 from profstream.engine.operators.statistics import (
     COMMUNICATION_TASK_TYPES,
     HIDDEN_CORE_TYPES,
@@ -96,6 +98,7 @@ DESCRIPTIONS = {
     "npu_mem": "Application and device memory on the NPU over time (KB)\n",
     "npu_module_mem": "Memory reserved by each NPU component over time (KB)\n",
     "memory_record": "Total memory allocated and reserved by GE over time (KB)\n",
+    "l2_cache": "L2 cache hit and victim rates of each task, with its operator\n",
     "operator_memory": "Memory each operator allocated, with allocation time and duration\n",
 }
 
@@ -326,6 +329,67 @@ class TaskRows(SummaryOutput):
             yield self._op_rows(ops.slice(merged))
         for device in self._held_ops.pending():  # devices with communication but no task rows
             yield self._op_rows(self._device_ops(device))
+
+
+#: what an l2_cache output keeps of a ``tasks`` row to name L2 cache rows
+_OP_NAMES = pa.schema(
+    [("key", pa.int64()), ("stream_id", pa.int64()), ("task_id", pa.int64()), ("time_ns", pa.int64()),
+     ("op_name", pa.string())]
+)  # fmt: skip
+
+
+class L2CacheRows(SummaryOutput):
+    """l2_cache: the ``l2_cache`` rows of each device in record order, named at close.
+
+    msprof names a row after the op of the last GE task record (node info) with its (task id,
+    stream id), over the whole run (``DataManager.get_op_dict``), so a name is final only at the end:
+    the rows are spooled per device, and each device keeps the op of the latest named task of every
+    (stream, task) pair seen (at most one per pair, :class:`SettledLaunches`). A pair without one
+    prints ``N/A``. Hit Rate is ``N/A`` on STARS chips (:mod:`~profstream.engine.operators.l2_cache`).
+    """
+
+    def __init__(
+        self, context: Context, name: str | SliceNaming, *, device_column: bool, **options: Any
+    ) -> None:
+        def hit_rate(batch: pa.RecordBatch) -> pa.Array:
+            return pa.nulls(batch.num_rows, pa.float64()) if context.stars else batch.column("hit_rate")
+
+        cells = [
+            *([Cell("Device_id", "device_id")] if device_column else []),
+            Cell("Stream Id", "stream_id"),
+            Cell("Task Id", "task_id"),
+            Cell("Hit Rate", hit_rate),
+            Cell("Victim Rate", "victim_rate"),
+            Cell("Op Name", "op_name"),
+        ]
+        super().__init__(context, "l2_cache", name, cells, spool=True, **options)
+        self.tables = ("l2_cache", "tasks")
+        self._names = {device: SettledLaunches(_OP_NAMES) for device in context.devices}
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        if table == "l2_cache":
+            super().write(table, batch)
+            return
+        named = batch.filter(pc.is_valid(batch.column("op_state")))
+        for device, rows in split_by(named, named.column("device_id")):
+            columns = {n: rows.column(n).cast(pa.int64()) for n in ("stream_id", "task_id")}
+            self._names.setdefault(device, SettledLaunches(_OP_NAMES)).add(
+                pa.table(
+                    {
+                        "key": pa.nulls(rows.num_rows, pa.int64()),
+                        **columns,
+                        "time_ns": rows.column("start_ns"),
+                        "op_name": rows.column("op_name").cast(pa.string()),
+                    }
+                )
+            )
+
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        for batch in super()._replay():
+            names = self._names.get(batch.column("device_id")[0].as_py(), SettledLaunches(_OP_NAMES))
+            stream, task = (batch.column(n).to_numpy().astype(np.int64) for n in ("stream_id", "task_id"))
+            op_name = names.take(names.slots(stream, task)).column("op_name").combine_chunks()
+            yield batch.append_column("op_name", op_name)
 
 
 class WaitTime:
@@ -577,6 +641,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             ],
             fmt=fmt,
         ),
+        *([L2CacheRows(context, named("l2_cache"), device_column=True, fmt=fmt)] if context.l2_cache else []),
         SummaryOutput(
             context,
             "memory_record",

@@ -3,7 +3,7 @@
 Files (framework_outputs.md §3), headers as the real files in shared/realdata show them:
 ``trace_view.json`` (framework ops and flows, then every CANN layer), ``kernel_details.csv``,
 ``op_statistic.csv``, ``api_statistic.csv``, ``step_trace_time.csv``, ``operator_memory.csv``,
-``memory_record.csv``, ``npu_module_mem.csv`` and, beside the output directory,
+``memory_record.csv``, ``npu_module_mem.csv``, ``l2_cache.csv`` and, beside the output directory,
 ``profiler_info.json``.
 
 Conventions: every CSV ends its lines in CRLF, as torch_npu writes them all with ``csv.writer``
@@ -22,7 +22,8 @@ they are, and the six real files in shared/realdata list them by release time (r
 Which files exist follows profiler_info.json (``ProfilerConfig``): op_statistic, api_statistic and the
 communication files only at Level1 and Level2 (``LEVEL_PARSER_CONFIG``; the real Level0 directory has
 none of them), kernel_details' short header when no AI Core metrics were collected
-(``is_all_kernel_headers``), not by level. A task outside every step has an empty Step Id, as torch_npu
+(``is_all_kernel_headers``), not by level; l2_cache.csv only with ``_l2_cache`` set
+(``_get_l2_cache_bean``). A task outside every step has an empty Step Id, as torch_npu
 writes ``None``.
 """
 
@@ -49,6 +50,7 @@ from profstream.engine.layouts._outputs import (
     stamp,
 )
 from profstream.engine.layouts.msprof import (
+    L2CacheRows,
     TaskRows,
     WaitTime,
     api_statistic_cells,
@@ -369,6 +371,8 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
             line_end=CRLF,
         ),
     ]
+    if context.l2_cache and (framework is None or framework.l2_cache):
+        outputs.append(L2CacheRows(context, "l2_cache.csv", device_column=False, line_end=CRLF))
     if level in CANN_STATISTICS_LEVELS:
         outputs += [
             Communication(context),

@@ -159,13 +159,17 @@ class SettledLaunches:
             words = self._word_arrays[name] = pa.array(list(self._words[name]), STR)
         return words
 
-    def find(self, stream: I64, task: I64, keys: I64) -> I64:
-        """The slot of each query's pair whose full key (with the batch id) matches, else -1."""
+    def slots(self, stream: I64, task: I64) -> I64:
+        """The slot of each query's (stream, task) pair, else -1."""
         if not len(self._pairs):
-            return np.full(len(keys), -1, np.int64)
+            return np.full(len(stream), -1, np.int64)
         pairs = (np.asarray(stream, np.int64) << 32) | np.asarray(task, np.int64)
         where = np.minimum(np.searchsorted(self._pairs, pairs), len(self._pairs) - 1)
-        slot = np.where(self._pairs[where] == pairs, self._at[where], -1)
+        return np.where(self._pairs[where] == pairs, self._at[where], -1)
+
+    def find(self, stream: I64, task: I64, keys: I64) -> I64:
+        """The slot of each query's pair whose full key (with the batch id) matches, else -1."""
+        slot = self.slots(stream, task)
         same = slot >= 0
         same[same] = self.values("key", slot[same]) == keys[same]
         return np.where(same, slot, -1)
