@@ -17,6 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.engine.kernels.reference import COMPARISONS
+from tests.engine.operators.host_batches import tensor_info
+
+from profstream.codecs.additional import MAX_TENSORS
+from profstream.engine.operators.host_join import tensor_rows
 
 #: records (or intervals) per benchmark input; set PROFSTREAM_BENCH_SCALE for real measurements
 SCALE = int(os.environ.get("PROFSTREAM_BENCH_SCALE", "20000"))
@@ -47,3 +51,27 @@ def test_kernel_throughput(benchmark: Any, name: str) -> None:
     stats = getattr(benchmark, "stats", None)
     if stats:
         benchmark.extra_info["M/s"] = round(_items(inputs) / stats.stats.mean / 1e6, 1)
+
+
+@pytest.mark.parametrize("distinct", [64, 4096])
+def test_tensor_text_throughput(benchmark: Any, distinct: int) -> None:
+    """HostJoin's tensor texts (``tensor_rows``) of one batch of SCALE tensor_info records, five tensors
+    each, drawn from ``distinct`` descriptions (a training step repeats a few dozen; dynamic shapes more)."""
+    rng = np.random.default_rng(0)
+    described = [
+        (
+            int(rng.integers(0, 2)),
+            int(rng.integers(0, 50)),
+            0,
+            int(rng.integers(0, 30)),
+            rng.integers(1, 4096, 4),
+        )
+        for _ in range(distinct)
+    ]
+    pick = rng.integers(0, distinct, (SCALE, MAX_TENSORS))
+    batch = tensor_info([(1, i, 7, [described[k] for k in pick[i]]) for i in range(SCALE)])
+    out = benchmark(tensor_rows, batch, 0)
+    assert out.num_rows == SCALE * MAX_TENSORS
+    stats = getattr(benchmark, "stats", None)
+    if stats:
+        benchmark.extra_info["M tensors/s"] = round(out.num_rows / stats.stats.mean / 1e6, 2)
