@@ -6,18 +6,26 @@ decoded record batches; see the README for the CLI and output layouts.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
-
-try:
-    __version__ = version("profstream")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
     from profstream.api import Profile
 
 __all__ = ["__version__", "open"]
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, read from the installed metadata when asked for: importlib.metadata costs
+    about 50 ms, which every CLI start would otherwise pay."""
+    if name != "__version__":
+        msg = f"module 'profstream' has no attribute {name!r}"
+        raise AttributeError(msg)
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("profstream")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0+unknown"
 
 
 def open(path: Any, **options: Any) -> Profile:  # noqa: A001 - the documented entry point mirrors io.open

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from profstream import __version__
+import profstream
 from profstream.errors import ConfigError, ProfstreamError
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE = 0, 1, 2
@@ -34,6 +34,14 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise _UsageError(self, message)
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (profstream.__getattr__)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"profstream {profstream.__version__}")
+        parser.exit()
 
 
 class _UsageError(Exception):
@@ -141,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="profstream",
         description="Streaming analysis of Huawei Ascend profiler data (PROF_XXX directories).",
     )
-    parser.add_argument("--version", action="version", version=f"profstream {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _Parser(add_help=False)
