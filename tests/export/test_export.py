@@ -858,3 +858,39 @@ def test_operators_keep_their_watermark_promises(
         }
         lanes.append(Counter(json.dumps(e, sort_keys=True) for e in events if e["pid"] in pids))
     assert lanes[0] == lanes[1] and sum(lanes[0].values()) > 10
+
+
+def test_step_trace_data_aug_flows(graph_run: Run) -> None:
+    """``make_data_aug_dict0/1``: per iteration with FP and BP a ``t`` at FP named after the previous
+    iteration and an ``s`` halfway from BP end to iteration end carrying its Data Aug Bound."""
+    graph_run.export("msprof", "timeline")
+    events = json.loads(
+        one(graph_run.out / "msprof" / "mindstudio_profiler_output", "msprof_*.json").read_text()
+    )
+    flows = [e for e in events if e.get("cat") == "Data_aug Bound"]
+    offset = profstream.open(graph_run.raw).collections[0].wall_offset_ns
+    steps = profstream.open(graph_run.raw).table("steps").read_all().to_pylist()
+    iterations = [
+        s for s in steps if s["kind"] == "model" and s["fp_ns"] is not None and s["bp_ns"] is not None
+    ]
+    assert iterations and len(flows) == 2 * len(iterations)
+    for step in iterations:
+        fp = micros(step["fp_ns"] + offset)
+        [pid] = [
+            e["pid"]
+            for e in events
+            if e.get("cat") == "Iteration Time" and Decimal(e["args"]["FP Start"]) == fp  # this device's
+        ]
+        [t] = [e for e in flows if e["ph"] == "t" and e["args"] == {"Iteration ID": step["iteration_id"]}
+               and e["pid"] == pid]  # fmt: skip
+        assert t["name"] == f"Data_aug Bound {step['iteration_id'] - 1}"
+        assert Decimal(t["ts"]) == fp
+        [s] = [e for e in flows if e["ph"] == "s" and e["name"] == f"Data_aug Bound {step['iteration_id']}"
+               and e["pid"] == pid]  # fmt: skip
+        assert s["id"] == t["id"] == f"Data_aug Bound {pid}_{t['tid']}"
+        middle = micros(step["bp_ns"] + offset) + micros(step["end_ns"] - step["bp_ns"]) / 2
+        assert abs(Decimal(s["ts"]) - middle) <= Decimal("0.001")
+        if step["data_aug_ns"] is None:
+            assert s["args"] == {}
+        else:
+            assert s["args"]["Data_aug Bound(us)"] == pytest.approx(step["data_aug_ns"] / 1000)

@@ -420,7 +420,38 @@ class StepTrace(_Layer):
                     "Iteration Refresh(us)": _span_us(both, "bp_ns", "end_ns"),
                 },
             )
+            yield from self._data_aug(pid, both, both_tids, both_iter)
         yield from self._reduces(pid, rows)
+
+    def _data_aug(
+        self, pid: int, rows: pa.RecordBatch, tids: pa.Array, iteration: pa.Array
+    ) -> Iterator[Events]:
+        """The ``Data_aug Bound`` flow of each iteration with FP and BP (``make_data_aug_dict0/1``): a ``t``
+        at its FP start named after the previous iteration, an ``s`` halfway through its refresh (BP end to
+        iteration end; msprof's C++ puts it at BP end + Data_aug Bound / 2, §3.6) carrying the bound."""
+        flow = pc.binary_join_element_wise(f"Data_aug Bound {pid}_", text(tids), "")
+        previous = text(pc.subtract(rows.column("iteration_id"), 1))
+        yield FlowEvents(
+            phase="t",
+            name=pc.binary_join_element_wise("Data_aug Bound ", previous, ""),
+            pid=pid,
+            tid=tids,
+            ts_ns=local(self.context, rows.column("fp_ns")),
+            cat="Data_aug Bound",
+            id=flow,
+            args={"Iteration ID": rows.column("iteration_id")},
+        )
+        refresh = pc.divide(duration(rows, "bp_ns", "end_ns"), 2)
+        yield FlowEvents(
+            phase="s",
+            name=pc.binary_join_element_wise("Data_aug Bound ", iteration, ""),
+            pid=pid,
+            tid=tids,
+            ts_ns=local(self.context, pc.add(rows.column("bp_ns"), refresh)),
+            cat="Data_aug Bound",
+            id=flow,
+            args={"Data_aug Bound(us)": pc.divide(pc.cast(rows.column("data_aug_ns"), pa.float64()), 1000.0)},
+        )
 
     def _stamp(self, rows: pa.RecordBatch, column: str) -> pa.Array:
         """A time of the args: local µs as msprof's Python path writes it (a 3-decimal string, ``N/A``
