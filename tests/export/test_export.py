@@ -894,3 +894,17 @@ def test_step_trace_data_aug_flows(graph_run: Run) -> None:
             assert s["args"] == {}
         else:
             assert s["args"]["Data_aug Bound(us)"] == pytest.approx(step["data_aug_ns"] / 1000)
+
+
+def test_devices_are_merged_in_msprofs_directory_name_order(tmp_path: Path) -> None:
+    """msprof concatenates its per-device summaries by sub-directory name (device_10 before device_2),
+    and its C++ sorts Device_id as text too (msprof_outputs.md §1.4)."""
+    simulate(SimulationConfig(chip="910B", steps=2, ops_per_step=8, devices=11, seed=4), tmp_path / "raw")
+    export(tmp_path / "raw", kind="summary", layout="msprof", output=tmp_path / "out")
+    out = tmp_path / "out" / "mindstudio_profiler_output"
+    expected = sorted(map(str, range(11)))
+    assert expected[:3] == ["0", "1", "10"]
+    for module in ("op_summary_*.csv", "task_time_*.csv", "op_statistic_*.csv", "npu_mem_*.csv"):
+        devices = [r["Device_id"] for r in rows(one(out, module))]
+        assert list(dict.fromkeys(devices)) == expected, module
+        assert devices == sorted(devices, key=expected.index), module  # one block per device

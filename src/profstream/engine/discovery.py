@@ -201,7 +201,9 @@ class Discovery:
             if matched:
                 device = self._data_dir(entry, int(matched.group(1)), StreamTraits(stream_expand=expand))
                 devices.append(device)
-        devices.sort(key=lambda d: -1 if d.device_id is None else d.device_id)
+        # by name, as msprof merges its per-device summaries (device_10 before device_2, msprof_outputs.md
+        # §1.4; its C++ sorts Device_id as text too): every per-device output follows this order
+        devices.sort(key=lambda d: d.path.name)
         framework, info, info_path = self._framework(path.parent)
         return Profile(path, host, tuple(devices), framework, info, info_path)
 

@@ -4,7 +4,7 @@ Three kinds cover every file of the msprof and torch_npu layouts:
 
 * :class:`SummaryOutput`: one summary table (CSV or ``--format json``) from one canonical table.
   Its cells are :class:`Cell` s: a header, where the value comes from, and its unit. msprof orders
-  its merged summaries by device (host first, then ``device_0``, ``device_1`` ...;
+  its merged summaries by device dir name (``device_0``, ``device_1``, ``device_10``, ``device_2`` ...;
   msprof_outputs.md §1.4) and in time within a device; the pipeline delivers devices interleaved,
   so with more than one device each device's rows are spooled to an Arrow IPC stream on disk
   (:class:`Spool`) and replayed in device order at close. Memory stays one batch; the spool is
@@ -154,8 +154,14 @@ class Output(ABC):
         """Remove every temporary file."""
 
 
+def key_order(keys: Iterable[int]) -> list[int]:
+    """Spool keys (device ids) in the order msprof merges its device dirs: by name, so ``device_10``
+    comes before ``device_2`` (msprof_outputs.md §1.4)."""
+    return sorted(keys, key=str)
+
+
 class Spool:
-    """Batches kept on disk per key (a device), replayed in key order (Arrow IPC streams).
+    """Batches kept on disk per key (a device), replayed in :func:`key_order` (Arrow IPC streams).
 
     ``name`` keeps the files of several spools in one directory apart.
     """
@@ -176,7 +182,7 @@ class Spool:
 
     def pending(self) -> list[int]:
         """The keys with rows not yet read back, in order."""
-        return sorted(self._paths)
+        return key_order(self._paths)
 
     def read(self, key: int) -> Iterator[pa.RecordBatch]:
         """The batches of ``key`` as written; its file is deleted once they are all read."""
@@ -224,7 +230,7 @@ class SortedSpool:
     def replay(self) -> Iterator[pa.RecordBatch]:
         """Every key's rows sorted by ``order``, key by key."""
         late_keys = set(self.late.pending())
-        for key in sorted(set(self.in_order.pending()) | late_keys):
+        for key in key_order(set(self.in_order.pending()) | late_keys):
             if key not in late_keys:
                 yield from self.in_order.read(key)
                 continue
