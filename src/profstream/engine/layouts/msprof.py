@@ -333,9 +333,8 @@ class TaskRows(SummaryOutput):
 
 #: what an l2_cache output keeps of a ``tasks`` row to name L2 cache rows
 _OP_NAMES = pa.schema(
-    [("key", pa.int64()), ("stream_id", pa.int64()), ("task_id", pa.int64()), ("time_ns", pa.int64()),
-     ("op_name", pa.string())]
-)  # fmt: skip
+    [("stream_id", pa.int64()), ("task_id", pa.int64()), ("time_ns", pa.int64()), ("op_name", pa.string())]
+)
 
 
 class L2CacheRows(SummaryOutput):
@@ -364,7 +363,7 @@ class L2CacheRows(SummaryOutput):
         ]
         super().__init__(context, "l2_cache", name, cells, spool=True, **options)
         self.tables = ("l2_cache", "tasks")
-        self._names = {device: SettledLaunches(_OP_NAMES) for device in context.devices}
+        self._names: dict[int, SettledLaunches] = {}  # per device
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         if table == "l2_cache":
@@ -372,17 +371,13 @@ class L2CacheRows(SummaryOutput):
             return
         named = batch.filter(pc.is_valid(batch.column("op_state")))
         for device, rows in split_by(named, named.column("device_id")):
-            columns = {n: rows.column(n).cast(pa.int64()) for n in ("stream_id", "task_id")}
-            self._names.setdefault(device, SettledLaunches(_OP_NAMES)).add(
-                pa.table(
-                    {
-                        "key": pa.nulls(rows.num_rows, pa.int64()),
-                        **columns,
-                        "time_ns": rows.column("start_ns"),
-                        "op_name": rows.column("op_name").cast(pa.string()),
-                    }
-                )
-            )
+            launches = {
+                "stream_id": rows.column("stream_id").cast(pa.int64()),
+                "task_id": rows.column("task_id").cast(pa.int64()),
+                "time_ns": rows.column("start_ns"),
+                "op_name": rows.column("op_name").cast(pa.string()),
+            }
+            self._names.setdefault(device, SettledLaunches(_OP_NAMES)).add(pa.table(launches))
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
         for batch in super()._replay():
