@@ -43,8 +43,6 @@ FORMULAS: dict[int, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = 
         (15, 16), (("0x00",), ("0x00", "-0x81", "-0x82", "-0x83", "-0x74", "-0x75"), ("0x74", "0x75"))
     ),
 }
-#: chips whose hit rate msprof prints as N/A (``ChipManager.is_stars_chip``: V1_1_x, V4, V6)
-STARS_CHIPS = frozenset({5, 7, 8, 11, 15, 16})
 
 
 def configured_events(events_text: str) -> list[str]:
