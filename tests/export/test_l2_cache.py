@@ -118,3 +118,15 @@ def test_a_row_takes_the_op_of_the_last_named_launch_of_its_task_over_the_whole_
         ["2", "8", "0.25", "0.2", "N/A"],
         ["5", "7", "0.0", "0.3", "N/A"],
     ]
+
+
+def test_records_of_a_device_without_a_task_log_are_written_unnamed(tmp_path: Path) -> None:
+    """The feed follows the task log, and a device without one still gets its rows (no op to name them)."""
+    simulate(SimulationConfig(chip="910A", steps=2, ops_per_step=16, l2_cache=True, seed=2), tmp_path / "raw")
+    for log in (tmp_path / "raw").rglob("hwts.data.*"):
+        log.unlink()
+    export(tmp_path / "raw", kind="summary", layout="msprof", output=tmp_path / "out")
+    [path] = (tmp_path / "out").rglob("l2_cache_*.csv")
+    written = csv_rows(path)[1:]
+    assert len(written) == len(records(tmp_path / "raw", 0)) > 0
+    assert {row[5] for row in written} == {"N/A"}

@@ -161,10 +161,9 @@ class Planner:
                 if fs.has(data_dir, family):
                     specs[at(f"{family}_raw", device_id)] = _FeedSpec(data_dir, family)
             if fs.has(data_dir, "l2_cache"):  # written per task as the task log is: it follows the log
-                logs = [at(f, device_id) for f in ("stars_soc", "hwts") if at(f, device_id) in specs]
-                specs[at("l2_cache_raw", device_id)] = _FeedSpec(
-                    data_dir, "l2_cache", follows=logs[0] if logs else None
-                )
+                log = next((f for f in ("stars_soc", "hwts") if at(f, device_id) in specs), "hwts")
+                feed = _FeedSpec(data_dir, "l2_cache", follows=at(log, device_id))
+                specs[at("l2_cache_raw", device_id)] = feed
         return specs
 
     def feed_streams(self) -> dict[str, list[Stream]]:
