@@ -7,6 +7,7 @@ same bytes whatever the slot layout of the hash table they came from.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ import pyarrow as pa
 
 from profstream.engine.kernels._dispatch import NULL, Int64Array
 from profstream.engine.kernels._table import KeyedState, Table
-from profstream.engine.runtime import DONE, START
+from profstream.engine.runtime import DONE, START, Emit, Operator, pack_state, unpack_state
 
 Columns = dict[str, Int64Array]
 
@@ -154,6 +155,49 @@ class KernelReach:
 
     def state(self) -> list[int]:
         return [self._watermark, self._reach, self._early]
+
+
+class RowByRow(Operator):
+    """An operator whose every input batch makes its output rows on its own, with no state across
+    batches: the rows leave at the next :meth:`advance`. Input rows that make none are counted in
+    ``skipped`` (a subclass reports them)."""
+
+    def __init__(self, source: str, output: str) -> None:
+        self.inputs = (source,)
+        self.outputs = (output,)
+        self._ready: list[Emit] = []
+        self.skipped = 0
+
+    @abstractmethod
+    def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The output rows of one non-empty input batch; None when it makes none."""
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        if stream not in self.inputs:
+            msg = f"{type(self).__name__} does not read {stream!r}"
+            raise KeyError(msg)
+        if batch.num_rows == 0:
+            return
+        out = self.rows(batch)
+        if out is None:
+            self.skipped += batch.num_rows
+        else:
+            self._ready.append((self.outputs[0], out))
+
+    def advance(self, watermark: int) -> list[Emit]:
+        ready, self._ready = self._ready, []
+        return ready
+
+    def finish(self) -> list[Emit]:
+        return self.advance(DONE)
+
+    def snapshot(self) -> bytes:
+        return pack_state({"ready": [[name, batch] for name, batch in self._ready], "skipped": self.skipped})
+
+    def restore(self, state: bytes) -> None:
+        doc = unpack_state(state)
+        self._ready = [(name, table.to_batches()[0]) for name, table in doc["ready"]]
+        self.skipped = int(doc["skipped"])
 
 
 def horizon(watermark: int, lag: int) -> int:

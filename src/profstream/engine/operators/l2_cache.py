@@ -29,7 +29,8 @@ import pyarrow as pa
 
 from profstream import events
 from profstream.codecs.l2_cache import EVENT_COLUMNS, EVENTS
-from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
+from profstream.engine.operators._state import RowByRow
+from profstream.engine.runtime import Emit, at
 from profstream.engine.schema import TABLES, conform
 
 #: msprof's rounding of both rates (``NumberConstant.DECIMAL_ACCURACY``)
@@ -86,33 +87,24 @@ def rates(counters: np.ndarray, terms: tuple[list[tuple[int, int]], ...]) -> tup
     return np.round(hit, RATE_DECIMALS), np.round(victim, RATE_DECIMALS)
 
 
-class L2Cache(Operator):
+class L2Cache(RowByRow):
     """``l2_cache_raw@<d>`` -> ``l2_cache@<d>``, row by row (module docstring); ``chip`` is info.json's
     platform_version and ``events_text`` sample.json's ``l2CacheTaskProfilingEvents``."""
 
     def __init__(self, device_id: int, chip: int, events_text: str) -> None:
+        super().__init__(at("l2_cache_raw", device_id), at("l2_cache", device_id))
         self.device_id = device_id
-        self.inputs = (at("l2_cache_raw", device_id),)
-        self.outputs = (at("l2_cache", device_id),)
         self._terms = counter_terms(chip, events_text)
-        self._ready: list[Emit] = []
-        self._skipped = 0  # records not computed (see the module docstring)
         self._log = events.get_logger(component="l2_cache", device_id=device_id)
 
-    def push(self, stream: str, batch: pa.RecordBatch) -> None:
-        if stream not in self.inputs:
-            msg = f"L2Cache does not read {stream!r}"
-            raise KeyError(msg)
-        if batch.num_rows == 0:
-            return
+    def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
         if isinstance(self._terms, str):
-            self._skipped += batch.num_rows
-            return
+            return None  # not computed (module docstring): counted as skipped
         counters = np.column_stack(
             [batch.column(name).to_numpy(zero_copy_only=False).astype(np.float64) for name in EVENT_COLUMNS]
         )
         hit, victim = rates(counters, self._terms)
-        row = conform(
+        return conform(
             TABLES["l2_cache"],
             {
                 "device_id": np.full(batch.num_rows, self.device_id, np.int32),
@@ -123,21 +115,8 @@ class L2Cache(Operator):
                 "victim_rate": victim,
             },
         )
-        self._ready.append((self.outputs[0], row))
-
-    def advance(self, watermark: int) -> list[Emit]:
-        ready, self._ready = self._ready, []
-        return ready
 
     def finish(self) -> list[Emit]:
-        if self._skipped:
-            self._log.warning(events.L2_CACHE_NOT_COMPUTED, records=self._skipped, reason=self._terms)
-        return self.advance(DONE)
-
-    def snapshot(self) -> bytes:
-        return pack_state({"ready": [[name, batch] for name, batch in self._ready], "skipped": self._skipped})
-
-    def restore(self, state: bytes) -> None:
-        doc = unpack_state(state)
-        self._ready = [(name, table.to_batches()[0]) for name, table in doc["ready"]]
-        self._skipped = int(doc["skipped"])
+        if self.skipped:
+            self._log.warning(events.L2_CACHE_NOT_COMPUTED, records=self.skipped, reason=self._terms)
+        return super().finish()

@@ -87,6 +87,7 @@ from profstream.engine.kernels._dispatch import NO_SEQ, NULL, BoolArray, Int64Ar
 from profstream.engine.operators._state import (
     Columns,
     Pending,
+    RowByRow,
     concat,
     empty_columns,
     find,
@@ -784,7 +785,7 @@ def _partner(merged: Columns, latest: Int64Array, carried_table: Columns, carrie
     return out
 
 
-class NpuMemory(Operator):
+class NpuMemory(RowByRow):
     """Raw ``<family>_raw@<d>`` -> ``<family>@<d>``, for ``family`` npu_mem or npu_module_mem.
 
     Row by row (module docstring), so a batch is emitted at the next :meth:`advance`. One operator
@@ -798,20 +799,12 @@ class NpuMemory(Operator):
         if family not in self.SOURCES:
             msg = f"family: expected one of {self.SOURCES}, got {family!r}"
             raise ValueError(msg)
+        super().__init__(at(f"{family}_raw", device_id), at(family, device_id))
         self.device_id = device_id
         self.family = family
-        self.inputs = (at(f"{family}_raw", device_id),)
-        self.outputs = (at(family, device_id),)
-        self._ready: list[Emit] = []
 
-    def push(self, stream: str, batch: pa.RecordBatch) -> None:
-        if stream not in self.inputs:
-            msg = f"NpuMemory does not read {stream!r}"
-            raise KeyError(msg)
-        if batch.num_rows == 0:
-            return
-        rows_ = self._npu_mem(batch) if self.family == "npu_mem" else self._module_mem(batch)
-        self._ready.append((self.outputs[0], rows_))
+    def rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return self._npu_mem(batch) if self.family == "npu_mem" else self._module_mem(batch)
 
     def _npu_mem(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         event = ints(batch.column("event"))
@@ -841,16 +834,3 @@ class NpuMemory(Operator):
                 "total_reserved_bytes": _unsigned_bytes(batch.column("total_size")),
             },
         )
-
-    def advance(self, watermark: int) -> list[Emit]:
-        ready, self._ready = self._ready, []
-        return ready
-
-    def finish(self) -> list[Emit]:
-        return self.advance(DONE)
-
-    def snapshot(self) -> bytes:
-        return pack_state({"ready": [[name, batch] for name, batch in self._ready]})
-
-    def restore(self, state: bytes) -> None:
-        self._ready = [(name, table.to_batches()[0]) for name, table in unpack_state(state)["ready"]]
