@@ -84,7 +84,7 @@ class _ProgressBar:
 def run_export(args: argparse.Namespace) -> int:
     """``export timeline|summary`` with msprof.py's arguments; ``--export=on`` writes both from one pass
     over the raw data."""
-    from profstream.export import Selection, clear_caches, export
+    from profstream.export import Selection, clear_caches, export, exported
 
     settings = settings_of(args)
     report = export(
@@ -98,9 +98,7 @@ def run_export(args: argparse.Namespace) -> int:
         on_invalid=settings.decode.on_invalid,
         chunk_bytes=settings.decode.chunk_mb << 20,
         advance_bytes=settings.decode.advance_mb << 20,
-        progress=_ProgressBar(
-            "export timeline and summary" if args.kind == "both" else f"export {args.kind}"
-        ),
+        progress=_ProgressBar(f"export {exported(args.kind)}"),
     )
     sys.stdout.write(report.render() + "\n")
     if args.clear:

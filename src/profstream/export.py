@@ -106,6 +106,11 @@ class CollectionReport(msgspec.Struct, frozen=True, kw_only=True):
     timeline_dropped_range_ns: tuple[int, int] | None
 
 
+def exported(kind: str) -> str:
+    """What an export of ``kind`` writes, as the progress bar and the summary name it."""
+    return "timeline and summary" if kind == "both" else kind
+
+
 class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     layout: str
@@ -114,8 +119,7 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
 
     def render(self) -> str:
         """The one-screen summary the CLI prints."""
-        what = "timeline and summary" if self.kind == "both" else self.kind
-        lines = [f"export {what} ({self.layout} layout) took {self.seconds:.2f} s"]
+        lines = [f"export {exported(self.kind)} ({self.layout} layout) took {self.seconds:.2f} s"]
         for report in self.collections:
             lines.append(f"{report.path}")
             lines.append(f"  devices: {', '.join(map(str, report.devices)) or 'none'}")
