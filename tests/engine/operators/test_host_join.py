@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -486,22 +485,26 @@ def test_with_the_device_tasks_operator(simulated: Simulated) -> None:
     assert found == expected
 
 
-@given(
-    st.lists(
-        st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-2, 2), min_size=3, max_size=3), max_size=30
-    ),
-    st.booleans(),
+TENSOR = st.tuples(
+    st.sampled_from([0, 1]),  # input / output
+    st.sampled_from([0, 2, 3, 29, 0xFF]),
+    st.sampled_from([0, 3, 0xFFFF]),
+    st.sampled_from([0, 1, 27, 999]),
+    st.lists(st.integers(0, 5), max_size=8),
 )
-def test_distinct_rows_maps_every_row_to_an_equal_first_occurrence(
-    values: list[list[int]], collide: bool
-) -> None:
-    rows = np.array(values, np.int64).reshape(len(values), 3)
-    # with a zero multiplier every row hashes alike, so the exact fallback has to sort them out
-    with mock.patch.object(host_join, "_FNV_PRIME", np.uint64(0 if collide else 0x100000001B3)):
-        first, which = host_join.distinct_rows(rows)
-    assert len(first) == len({tuple(r) for r in values})
-    assert (rows[first[which]] == rows).all()
-    assert len({tuple(rows[i]) for i in first}) == len(first)
+
+
+@given(st.lists(st.lists(TENSOR, min_size=1, max_size=5), min_size=1, max_size=12))
+def test_tensor_texts_are_each_tensors_own(records: list[list[Any]]) -> None:
+    """Descriptions repeat within a batch and are formatted once each: every tensor still gets the
+    text of its own description."""
+    rows = host_join.tensor_rows(tensor_info([(T, 200 + i, OP_A, r) for i, r in enumerate(records)]), 0)
+    tensors = [t for r in records for t in r]
+    for k, (_, fmt, sub, dtype, dims) in enumerate(tensors):
+        own = host_join.tensor_descriptions(
+            np.array([dims + [0] * (8 - len(dims))]), np.array([fmt]), np.array([sub]), np.array([dtype])
+        )
+        assert [rows.column(n)[k].as_py() for n in own] == [own[n][0].as_py() for n in own]
 
 
 def test_repeated_tensor_descriptions_print_like_the_first_one() -> None:

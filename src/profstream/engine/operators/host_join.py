@@ -160,7 +160,6 @@ OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
 
 I64T, U64T, STR = pa.int64(), pa.uint64(), pa.string()
-_FNV_PRIME = np.uint64(0x100000001B3)
 _LAUNCHES = pa.schema(
     [
         ("thread_id", I64T),
@@ -273,19 +272,6 @@ def _join_lists(texts: pa.Array, groups: I64, count: int, separator: str) -> pa.
     return pc.if_else(pa.array(sizes > 0), joined, pa.scalar(None, STR))
 
 
-def distinct_rows(rows: I64) -> tuple[I64, I64]:
-    """The first occurrence of each distinct row of the int64 matrix ``rows``, and each row's index
-    into those: hashed (FNV-style over the columns), then checked exactly, with a sort of the whole
-    rows only when two different rows share a hash."""
-    hashed = np.zeros(len(rows), np.uint64)
-    for j in range(rows.shape[1]):
-        hashed = (hashed ^ rows[:, j].view(np.uint64)) * _FNV_PRIME
-    first, which = np.unique(hashed, return_index=True, return_inverse=True)[1:]
-    if not (rows[first[which]] == rows).all():
-        first, which = np.unique(rows, axis=0, return_index=True, return_inverse=True)[1:]
-    return first, which.reshape(-1)
-
-
 def tensor_rows(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
     """tensor_info records as one row per tensor (the first ``tensor_num`` slots) with msprof's text.
 
@@ -303,7 +289,9 @@ def tensor_rows(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
         _matrix(batch, name, MAX_TENSORS).reshape(n, MAX_TENSORS)[record, slot].astype(np.int64)
         for name in ("format", "sub_format", "data_type")
     )
-    first, which = distinct_rows(np.column_stack((dims, fmt, sub, dtype)).astype(np.int64))
+    which = dense_ids(*dims.T, fmt, sub, dtype)  # one id per distinct description
+    first = np.zeros(int(which.max(initial=-1)) + 1, np.int64)
+    first[which] = np.arange(len(which))  # a tensor of each description
     texts = tensor_descriptions(dims[first], fmt[first], sub[first], dtype[first])
     index = pa.array(which)
     return pa.table(
