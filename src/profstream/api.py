@@ -49,6 +49,7 @@ class DirReport(msgspec.Struct, frozen=True, kw_only=True):
     place: str  # "host", "device_N" or "FRAMEWORK"
     path: str
     families: list[FamilyReport]
+    not_decoded: list[str] = msgspec.field(default_factory=list)  # data file names no codec reads
 
 
 class ProfReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,6 +84,9 @@ class InspectReport(msgspec.Struct, frozen=True, kw_only=True):
                         f"  {place.place:<10} {name:<26} {fam.files:>5} {fam.bytes:>12,} "
                         f"{fam.records:>11,} {fam.lost:>6} {sum(fam.dropped.values()):>7}  {span}"
                     )
+                if place.not_decoded:
+                    names = ", ".join(place.not_decoded)
+                    lines.append(f"  {place.place:<10} not decoded (no codec): {names}")
         return "\n".join(lines)
 
 
@@ -219,7 +223,12 @@ class Profile:
                 clock = _clock_of(collection, data_dir)
                 families = [self._inspect_stream(s, clock) for s in sorted(data_dir.streams, key=_stream_key)]
                 reports.append(
-                    DirReport(place=_place_name(data_dir), path=str(data_dir.path), families=families)
+                    DirReport(
+                        place=_place_name(data_dir),
+                        path=str(data_dir.path),
+                        families=families,
+                        not_decoded=[path.name for path in data_dir.not_decoded],
+                    )
                 )
             platform = next((d.traits.platform for d in dirs if d.traits.platform is not None), None)
             profiles.append(ProfReport(path=str(collection.path), platform=platform, dirs=reports))

@@ -15,6 +15,7 @@ import structlog
 
 # Decoding and sources
 FILE_IGNORED: Final = "file_ignored"  # an unknown file name in a data dir (logged once per name)
+DATA_NOT_DECODED: Final = "data_not_decoded"  # an export read past data files no codec reads (per kind)
 RECORDS_DROPPED: Final = "records_dropped"  # invalid records skipped under the skip policy
 RECORDS_LOST: Final = "records_lost"  # gaps in a record family's rolling counter
 RECORDS_UNMATCHED: Final = "records_unmatched"  # records an operator could not pair or join

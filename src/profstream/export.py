@@ -104,6 +104,7 @@ class CollectionReport(msgspec.Struct, frozen=True, kw_only=True):
     window_ns: tuple[int, int] | None
     timeline_dropped: dict[str, int]  #: events left out by timeline_limit, per phase
     timeline_dropped_range_ns: tuple[int, int] | None
+    not_decoded: list[FileReport] = msgspec.field(default_factory=list)  #: data files no codec reads
 
 
 def exported(kind: str) -> str:
@@ -140,7 +141,23 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
                 span = report.timeline_dropped_range_ns
                 where = f" from {span[0]} to {span[1]} ns (local)" if span else ""
                 lines.append(f"  timeline_limit reached: left out {kinds}{where}")
+            if report.not_decoded:
+                kinds = ", ".join(
+                    f"{kind} ({files} file{'s' if files > 1 else ''}, {_human(size)})"
+                    for kind, (files, size) in _by_kind(report.not_decoded).items()
+                )
+                lines.append(f"  not decoded (no codec, so in no output): {kinds}")
         return "\n".join(lines)
+
+
+def _by_kind(files: Sequence[FileReport]) -> dict[str, tuple[int, int]]:
+    """Per kind of data file (``hbm.data``), how many files and bytes, in name order."""
+    kinds: dict[str, tuple[int, int]] = {}
+    for file in files:
+        kind = discovery.file_kind(Path(file.path).name)
+        count, size = kinds.get(kind, (0, 0))
+        kinds[kind] = (count + 1, size + file.bytes)
+    return dict(sorted(kinds.items()))
 
 
 def _human(n: float) -> str:
@@ -470,10 +487,13 @@ def _report(
                 first = drop.first_ns if first is None else min(first, drop.first_ns)
             if drop.last_ns is not None:
                 last = drop.last_ns if last is None else max(last, drop.last_ns)
+    log = log_events.get_logger(component="export")
     if dropped:
-        log_events.get_logger(component="export").warning(
-            log_events.TIMELINE_EVENTS_DROPPED, dropped=dropped, first_ns=first, last_ns=last
-        )
+        log.warning(log_events.TIMELINE_EVENTS_DROPPED, dropped=dropped, first_ns=first, last_ns=last)
+    not_decoded = [FileReport(path=str(p), bytes=p.stat().st_size) for p in collection.not_decoded]
+    if not_decoded:
+        files = {kind: count for kind, (count, _) in _by_kind(not_decoded).items()}
+        log.warning(log_events.DATA_NOT_DECODED, collection=str(collection.path), files=files)
     return CollectionReport(
         path=str(collection.path),
         output_dir=str(out_dir),
@@ -483,6 +503,7 @@ def _report(
         window_ns=window,
         timeline_dropped=dropped,
         timeline_dropped_range_ns=None if first is None or last is None else (first, last),
+        not_decoded=not_decoded,
     )
 
 

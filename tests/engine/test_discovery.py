@@ -11,7 +11,7 @@ from structlog.testing import capture_logs
 
 from profstream import events
 from profstream.codecs import CODECS, get_codec
-from profstream.engine.discovery import Discovery, discover
+from profstream.engine.discovery import Discovery, discover, file_kind
 from profstream.errors import DecodeError, InputPathError
 from tests.engine.profdirs import hwts_records, make_ascend_pt, make_prof, needs_realdata
 
@@ -120,6 +120,49 @@ def test_unknown_names_logged_once(tmp_path: Path) -> None:
     ignored = [e for e in logs if e["event"] == events.FILE_IGNORED]
     assert len(ignored) == 1
     assert ignored[0]["file"].endswith("mystery.bin")
+
+
+def test_files_no_codec_reads_are_kept_per_dir(tmp_path: Path) -> None:
+    """Data files of families without a codec (hbm, llc) are listed by their dir, not dropped unseen."""
+    pt = make_ascend_pt(tmp_path)
+    [prof] = pt.glob("PROF_*")
+    device = prof / "device_0" / "data"
+    for name in ("hbm.data.0.slice_0", "hbm.data.0.slice_1", "llc.data.0.slice_0"):
+        (device / name).write_bytes(b"\0" * 24)
+    (device / "hbm.data.0.slice_0.done").write_text("")  # a marker is not data
+    (prof / "host" / "data" / "unaging.additional.mystery.slice_0").write_bytes(b"x")
+    (device / "hwts.data.0.slice_0").write_bytes(hwts_records(2))
+    (pt / "FRAMEWORK" / "torch.unknown_kind").write_bytes(b"x")
+    [profile] = discover(pt)
+    assert [p.name for p in profile.device(0).not_decoded] == [
+        "hbm.data.0.slice_0",
+        "hbm.data.0.slice_1",
+        "llc.data.0.slice_0",
+    ]
+    assert [s.family for s in profile.device(0).streams] == ["hwts"]
+    assert profile.host is not None and profile.framework is not None
+    assert [p.name for p in profile.host.not_decoded] == ["unaging.additional.mystery.slice_0"]
+    assert [p.name for p in profile.framework.not_decoded] == ["torch.unknown_kind"]
+    assert {p.name for p in profile.not_decoded} == {
+        "hbm.data.0.slice_0",
+        "hbm.data.0.slice_1",
+        "llc.data.0.slice_0",
+        "unaging.additional.mystery.slice_0",
+        "torch.unknown_kind",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("hbm.data.0.slice_3", "hbm.data"),
+        ("llc.data.12.slice_10", "llc.data"),
+        ("aging.additional.mystery.slice_0", "aging.additional.mystery"),
+        ("torch.op_range", "torch.op_range"),
+    ],
+)
+def test_file_kind_drops_device_and_slice(name: str, kind: str) -> None:
+    assert file_kind(name) == kind
 
 
 def test_traits_from_metadata(tmp_path: Path) -> None:

@@ -21,8 +21,10 @@ Choices:
   ``*_ascend_pt`` dir to include the framework data.
 - Stream expand: the first ``expandStatus`` of the stream (msprof stores the first record
   of each file; one switch per collection); absent file -> off.
-- Unknown names in ``data/`` and ``FRAMEWORK/`` are ignored and logged once per
-  :class:`Discovery` (a rescan does not log them again).
+- Unknown names in ``data/`` and ``FRAMEWORK/`` (a family no codec reads, such as ``hbm.data``)
+  are not decoded: each dir keeps them in :attr:`DataDir.not_decoded`, so ``inspect`` and the
+  export summary name them, and they are logged once per :class:`Discovery` (a rescan does not
+  log them again).
 - A host dir without ``host_start.log`` borrows the host clock sync of the lowest device
   (``host_start.log.N`` samples the same host clocks); msprof's Python would treat host
   counter values as ns there.
@@ -53,6 +55,8 @@ DATA_DIR = "data"
 FRAMEWORK_DIR = "FRAMEWORK"
 #: levels below the input searched for PROF dirs (dir of many ``*_ascend_pt`` -> PROF -> ...).
 MAX_DEPTH = 3
+#: the ``.<device id>.slice_<n>`` (or ``.slice_<n>``) ending of a data file's name
+SLICE_SUFFIX = re.compile(r"(\.\d+)?\.slice_\d+$")
 EXPAND_FAMILY = "expand_stream_spec"
 EXPAND_COLUMN = "expand_status"
 
@@ -66,6 +70,7 @@ class DataDir:
     metadata: DirMetadata | None  # None: FRAMEWORK (no control files)
     traits: StreamTraits
     streams: tuple[Stream, ...]
+    not_decoded: tuple[Path, ...] = ()  #: data files no codec reads
 
     def stream(self, family: str, aging: bool | None = None) -> Stream | None:
         return next((s for s in self.streams if s.family == family and s.aging == aging), None)
@@ -98,6 +103,12 @@ class Profile:
         if data_dir.metadata.is_host and data_dir.metadata.host_start is None:
             borrowed = next((d.metadata.host_start for d in self.devices if d.metadata), None)
         return DeviceClock.from_metadata(data_dir.metadata, host_sync=borrowed)
+
+    @property
+    def not_decoded(self) -> tuple[Path, ...]:
+        """The data files of every dir that no codec reads (not part of any output)."""
+        dirs = (self.host, *self.devices, self.framework)
+        return tuple(path for d in dirs if d is not None for path in d.not_decoded)
 
     @property
     def controls(self) -> tuple[DirMetadata, ...]:
@@ -216,11 +227,19 @@ class Discovery:
             sample_based=meta.sample.sample_based,
             version=meta.info.version or None,
         )
-        return DataDir(path, device_id, meta, traits, self._streams(path / DATA_DIR, device_id, traits))
+        return self._scanned(path, path / DATA_DIR, device_id, meta, traits)
 
-    def _streams(self, data_dir: Path, device_id: int | None, traits: StreamTraits) -> tuple[Stream, ...]:
+    def _scanned(
+        self,
+        path: Path,
+        data_dir: Path,
+        device_id: int | None,
+        meta: DirMetadata | None,
+        traits: StreamTraits,
+    ) -> DataDir:
+        """The dir with the streams of ``data_dir``, and the files there that no codec reads."""
         if not data_dir.is_dir():
-            return ()
+            return DataDir(path, device_id, meta, traits, ())
         scan = scan_data_dir(data_dir, self.root, traits)
         for entry in scan.unknown:
             if entry not in self._logged:
@@ -230,7 +249,8 @@ class Discovery:
             Stream(scan.codecs[family], device_id, aging, data_dir, self.root, files, traits)
             for (family, aging), files in scan.slices.items()
         ]
-        return tuple(sorted(streams, key=lambda s: (s.family, s.aging is True)))
+        ordered = tuple(sorted(streams, key=lambda s: (s.family, s.aging is True)))
+        return DataDir(path, device_id, meta, traits, ordered, scan.unknown)
 
     def _stream_expand(self, host: DataDir) -> bool:
         """expandStatus of the host's expand_stream_spec stream (unaging first); off when absent."""
@@ -257,8 +277,13 @@ class Discovery:
         fwk = parent / FRAMEWORK_DIR
         framework = None
         if fwk in self._subdirs(parent):
-            framework = DataDir(fwk, None, None, StreamTraits(), self._streams(fwk, None, StreamTraits()))
+            framework = self._scanned(fwk, fwk, None, None, StreamTraits())
         return framework, info, info_path
+
+
+def file_kind(name: str) -> str:
+    """A data file's name without its device id and slice number (``hbm.data.0.slice_3`` -> ``hbm.data``)."""
+    return SLICE_SUFFIX.sub("", name)
 
 
 def discover(path: Path | str) -> tuple[Profile, ...]:
