@@ -10,7 +10,9 @@ pipeline of the step tables); the window is from the end of the last iteration (
 ended before the first selected one started, or the start of the data, to the end of the last
 selected iteration. Rows whose time falls in the window are exported; the statistics are recomputed
 from the windowed tasks, API calls and communication ops. Model id 4294967295 selects framework steps
-(torch_npu's ProfilerStep, else the 60000/60001 step markers).
+(torch_npu's ProfilerStep, else the 60000/60001 step markers). HBM samples are windowed as the memory
+samples are, so hbm csv averages the window (msprof's Python averages the whole run whatever the
+iteration; a choice for one consistent window).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ TIME_OF = {
     "memory_record": "time_ns",
     "npu_mem": "time_ns",
     "npu_module_mem": "time_ns",
+    "hbm": "time_ns",
     "steps": "start_ns",
     "framework_steps": "start_ns",
     "overlap": "start_ns",
@@ -151,7 +154,7 @@ class ExportReport(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _by_kind(files: Sequence[FileReport]) -> dict[str, tuple[int, int]]:
-    """Per kind of data file (``hbm.data``), how many files and bytes, in name order."""
+    """Per kind of data file (``llc.data``), how many files and bytes, in name order."""
     kinds: dict[str, tuple[int, int]] = {}
     for file in files:
         kind = discovery.file_kind(Path(file.path).name)

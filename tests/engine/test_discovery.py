@@ -123,20 +123,20 @@ def test_unknown_names_logged_once(tmp_path: Path) -> None:
 
 
 def test_files_no_codec_reads_are_kept_per_dir(tmp_path: Path) -> None:
-    """Data files of families without a codec (hbm, llc) are listed by their dir, not dropped unseen."""
+    """Data files of families without a codec (ddr, llc) are listed by their dir, not dropped unseen."""
     pt = make_ascend_pt(tmp_path)
     [prof] = pt.glob("PROF_*")
     device = prof / "device_0" / "data"
-    for name in ("hbm.data.0.slice_0", "hbm.data.0.slice_1", "llc.data.0.slice_0"):
+    for name in ("ddr.data.0.slice_0", "ddr.data.0.slice_1", "llc.data.0.slice_0"):
         (device / name).write_bytes(b"\0" * 24)
-    (device / "hbm.data.0.slice_0.done").write_text("")  # a marker is not data
+    (device / "ddr.data.0.slice_0.done").write_text("")  # a marker is not data
     (prof / "host" / "data" / "unaging.additional.mystery.slice_0").write_bytes(b"x")
     (device / "hwts.data.0.slice_0").write_bytes(hwts_records(2))
     (pt / "FRAMEWORK" / "torch.unknown_kind").write_bytes(b"x")
     [profile] = discover(pt)
     assert [p.name for p in profile.device(0).not_decoded] == [
-        "hbm.data.0.slice_0",
-        "hbm.data.0.slice_1",
+        "ddr.data.0.slice_0",
+        "ddr.data.0.slice_1",
         "llc.data.0.slice_0",
     ]
     assert [s.family for s in profile.device(0).streams] == ["hwts"]
@@ -144,8 +144,8 @@ def test_files_no_codec_reads_are_kept_per_dir(tmp_path: Path) -> None:
     assert [p.name for p in profile.host.not_decoded] == ["unaging.additional.mystery.slice_0"]
     assert [p.name for p in profile.framework.not_decoded] == ["torch.unknown_kind"]
     assert {p.name for p in profile.not_decoded} == {
-        "hbm.data.0.slice_0",
-        "hbm.data.0.slice_1",
+        "ddr.data.0.slice_0",
+        "ddr.data.0.slice_1",
         "llc.data.0.slice_0",
         "unaging.additional.mystery.slice_0",
         "torch.unknown_kind",
@@ -155,7 +155,7 @@ def test_files_no_codec_reads_are_kept_per_dir(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "kind"),
     [
-        ("hbm.data.0.slice_3", "hbm.data"),
+        ("ddr.data.0.slice_3", "ddr.data"),
         ("llc.data.12.slice_10", "llc.data"),
         ("aging.additional.mystery.slice_0", "aging.additional.mystery"),
         ("torch.op_range", "torch.op_range"),

@@ -38,19 +38,19 @@ def test_export_summary_prints_the_files_it_wrote(
 def test_data_files_without_a_codec_are_named_in_the_summary(
     graph_run: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """hbm/llc slices (families profstream does not decode) are reported by kind, count and size, with
+    """ddr/llc slices (families profstream does not decode) are reported by kind, count and size, with
     a warning; the outputs are those of the run without them."""
     raw = tmp_path / "raw"
     shutil.copytree(graph_run.raw, raw)
     [data] = list(raw.rglob("device_1/data"))
-    sizes = {"hbm.data.1.slice_0": 2400, "hbm.data.1.slice_1": 1200, "llc.data.1.slice_0": 100}
+    sizes = {"ddr.data.1.slice_0": 2400, "ddr.data.1.slice_1": 1200, "llc.data.1.slice_0": 100}
     for name, size in sizes.items():
         (data / name).write_bytes(b"\0" * size)
     assert main(["export", "summary", "-dir", str(raw), "--output", str(tmp_path / "out")]) == EXIT_OK
     captured = capsys.readouterr()
     [line] = [line for line in captured.out.splitlines() if "not decoded" in line]
-    assert line.endswith("hbm.data (2 files, 3.5 KB), llc.data (1 file, 100 B)")
-    assert "data_not_decoded" in captured.err and "'hbm.data': 2" in captured.err
+    assert line.endswith("ddr.data (2 files, 3.5 KB), llc.data (1 file, 100 B)")
+    assert "data_not_decoded" in captured.err and "'ddr.data': 2" in captured.err
     plain = ["export", "summary", "-dir", str(graph_run.raw), "--output", str(tmp_path / "plain")]
     assert main(plain) == EXIT_OK
     assert "not decoded" not in capsys.readouterr().out

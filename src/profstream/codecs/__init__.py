@@ -26,6 +26,7 @@ _MODULES = (
     "lpm_freq",
     "npu_mem",
     "l2_cache",
+    "hbm",
     "framework",
     "api_event",
     "compact",

@@ -21,7 +21,7 @@ Choices:
   ``*_ascend_pt`` dir to include the framework data.
 - Stream expand: the first ``expandStatus`` of the stream (msprof stores the first record
   of each file; one switch per collection); absent file -> off.
-- Unknown names in ``data/`` and ``FRAMEWORK/`` (a family no codec reads, such as ``hbm.data``)
+- Unknown names in ``data/`` and ``FRAMEWORK/`` (a family no codec reads, such as ``llc.data``)
   are not decoded: each dir keeps them in :attr:`DataDir.not_decoded`, so ``inspect`` and the
   export summary name them, and they are logged once per :class:`Discovery` (a rescan does not
   log them again).
@@ -282,7 +282,7 @@ class Discovery:
 
 
 def file_kind(name: str) -> str:
-    """A data file's name without its device id and slice number (``hbm.data.0.slice_3`` -> ``hbm.data``)."""
+    """A data file's name without its device id and slice number (``llc.data.0.slice_3`` -> ``llc.data``)."""
     return SLICE_SUFFIX.sub("", name)
 
 

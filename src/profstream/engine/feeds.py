@@ -4,12 +4,16 @@ Each family's time columns and the clock that converts them are listed once, in
 :data:`TIME_SPECS` (cann_raw_formats.md §3.2; framework_outputs.md §1.4). Converted columns are
 appended as int64 ``*_ns`` columns; the raw columns stay for operators that need native units.
 
-Choices: ``npu_mem`` timestamps are microseconds without the device monotonic offset, converted
-as msprof's Python ``get_absolute_time_by_sampling_timestamp`` does (``us * 1000 + host
-monotonic``, cann_raw_formats.md §2.11 and the §3.2 caveat). ``npu_module_mem`` cycle counts go
-through the device dir's host-counter conversion (msprof ``time_from_host_syscnt(...,
-is_host=False)``). PMU families with no time (``aicore``, ``aiv``) are ordered like the task log
-they belong to and follow its watermark (see :class:`~profstream.engine.runtime.Feed`).
+Choices: ``npu_mem`` and version-1.0 ``hbm`` timestamps are microseconds without the device
+monotonic offset, converted as msprof's Python ``get_absolute_time_by_sampling_timestamp`` does
+(``us * 1000 + host monotonic``, cann_raw_formats.md §2.11 and the §3.2 caveat; msprof adds the
+wall-clock offset too, which profstream adds when it writes). Version-2.0 ``hbm`` timestamps are ns
+that msprof keeps as its absolute (wall-clock) time, so profstream takes off the collection's wall-clock
+offset, the one its outputs add back (``Profile.wall_offset_ns``).
+``npu_module_mem`` cycle counts go through the device dir's host-counter conversion (msprof
+``time_from_host_syscnt(..., is_host=False)``). PMU families with no time (``aicore``, ``aiv``) are
+ordered like the task log they belong to and follow its watermark (see
+:class:`~profstream.engine.runtime.Feed`).
 
 A host family with both unaging and aging slices is read as two time-ordered streams merged row
 by row into one time order (the readers' ``aging`` bool column tells them apart), so a run whose
@@ -68,8 +72,10 @@ TIME_SPECS: dict[str, TimeSpec] = {
     "aicore": _spec(None),
     "aiv": _spec(None),
     "l2_cache": _spec(None),
-    "npu_mem": _spec("time_ns", ("timestamp", "time_ns", "npu_mem")),
-    "npu_mem_app": _spec("time_ns", ("timestamp", "time_ns", "npu_mem")),
+    "npu_mem": _spec("time_ns", ("timestamp", "time_ns", "sampling_us")),
+    "npu_mem_app": _spec("time_ns", ("timestamp", "time_ns", "sampling_us")),
+    "hbm": _spec("time_ns", ("timestamp", "time_ns", "sampling_us")),
+    "hbm_v2": _spec("time_ns", ("timestamp", "time_ns", "wall")),
     "npu_module_mem": _spec("time_ns", ("cpu_cycle_count", "time_ns", "host")),
     "api_event": _spec("start_ns", ("begin_time", "start_ns", "host"), ("end_time", "end_ns", "host")),
     **{
@@ -108,18 +114,27 @@ TIME_SPECS: dict[str, TimeSpec] = {
 Converter = Callable[[np.ndarray[Any, Any]], np.ndarray[Any, np.dtype[np.int64]]]
 
 
-def converters(clock: DeviceClock | FrameworkClock | None) -> dict[str, Converter]:
-    """The clock kinds of :data:`TIME_SPECS` as functions over one clock."""
+def converters(clock: DeviceClock | FrameworkClock | None, wall_offset_ns: int = 0) -> dict[str, Converter]:
+    """The clock kinds of :data:`TIME_SPECS` as functions over one clock (``wall_offset_ns``: the
+    collection's, for wall-clock times)."""
     if isinstance(clock, FrameworkClock):
         return {"framework": clock.to_ns}
     if clock is None:
         return {}
     device = clock
 
-    def npu_mem(values: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int64]]:
+    def sampling_us(values: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int64]]:
         return values.astype(np.int64) * 1000 + np.int64(device.host_mono or 0)
 
-    return {"syscnt": device.syscnt_to_ns, "host": device.host_to_ns, "npu_mem": npu_mem}
+    def wall(values: np.ndarray[Any, Any]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        return values.astype(np.int64) - np.int64(wall_offset_ns)
+
+    return {
+        "syscnt": device.syscnt_to_ns,
+        "host": device.host_to_ns,
+        "sampling_us": sampling_us,
+        "wall": wall,
+    }
 
 
 def convert(batch: pa.RecordBatch, spec: TimeSpec, convs: dict[str, Converter]) -> pa.RecordBatch:
@@ -198,7 +213,7 @@ class FeedSet:
         name = name or family
         spec = TIME_SPECS.get(family, _spec(None))
         streams = self.streams(data_dir, family, aging)
-        convs = converters(self.clock(data_dir)) if spec.conversions else {}
+        convs = converters(self.clock(data_dir), self.collection.wall_offset_ns) if spec.conversions else {}
         start = self.positions.get(name)
         reading: _Reading | _Merged
         if spec.order is not None and len({s.aging for s in streams}) > 1:
@@ -224,7 +239,7 @@ class FeedSet:
         if data_dir is None or not streams:
             return None
         spec = TIME_SPECS.get(family, _spec(None))
-        convs = converters(self.clock(data_dir)) if spec.conversions else {}
+        convs = converters(self.clock(data_dir), self.collection.wall_offset_ns) if spec.conversions else {}
         batches = [convert(b, spec, convs) for b in _Reading(streams, self.on_invalid, self.chunk_bytes)]
         if not batches:
             return None

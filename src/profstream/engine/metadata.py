@@ -175,6 +175,7 @@ class SampleJson(_Lenient, frozen=True):
     hwts_log: str = ""
     stars_acsq_task: str = ""
     l2_cache_events: str = msgspec.field(name="l2CacheTaskProfilingEvents", default="")
+    hbm_events: str = msgspec.field(name="hbm_profiling_events", default="")
 
     def __post_init__(self) -> None:
         _ = self.device_ids

@@ -16,6 +16,7 @@ Graph, per device ``d`` (inputs present in the collection only):
     tasks@d, comm@d, steps -> Overlap -> overlap@d, step_time@d
     npu_mem, npu_module_mem -> NpuMemory (one per family) -> npu_mem@d, npu_module_mem@d
     l2_cache (follows the task log) -> L2Cache -> l2_cache@d
+    hbm|hbm_v2 -> HbmBandwidth -> hbm@d (at the end of the run)
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
@@ -41,6 +42,7 @@ from profstream.engine.operators.comm import Communication
 from profstream.engine.operators.comm_analysis import CommAnalysis
 from profstream.engine.operators.device_tasks import DeviceTasks
 from profstream.engine.operators.framework_ops import FrameworkOps
+from profstream.engine.operators.hbm import HbmBandwidth
 from profstream.engine.operators.host_join import HostJoin
 from profstream.engine.operators.l2_cache import L2Cache
 from profstream.engine.operators.memory import Memory, NpuMemory
@@ -64,6 +66,7 @@ DEVICE_TABLES = (
     "npu_mem",
     "npu_module_mem",
     "l2_cache",
+    "hbm",
     "op_statistic",
     "comm_statistic",
     "comm_ops",
@@ -77,6 +80,7 @@ TABLE_NAMES = (*DEVICE_TABLES, *HOST_TABLES)
 _TASK_LOGS = ("hwts", "hwts_aiv", "stars_soc")
 _PMU = ("aicore", "aiv", "ffts_profile")
 _TIMELESS_LEADER = {"aicore": "hwts", "aiv": "hwts_aiv"}
+_HBM = ("hbm", "hbm_v2")
 _HOST_FEEDS = ("api_event", "task_track", "hccl_info", "hccl_op_info", "task_memory_info")
 #: unaging (static) and aging (dynamic) node info, merged into one time order by the feed
 _STREAMED_NODE_INFO = ("node_basic_info", "tensor_info")
@@ -164,6 +168,9 @@ class Planner:
                 log = next((f for f in ("stars_soc", "hwts") if at(f, device_id) in specs), "hwts")
                 feed = _FeedSpec(data_dir, "l2_cache", follows=at(log, device_id))
                 specs[at("l2_cache_raw", device_id)] = feed
+            for family in _HBM:  # one of the two, by the collection's version
+                if fs.has(data_dir, family):
+                    specs[at("hbm_raw", device_id)] = _FeedSpec(data_dir, family)
         return specs
 
     def feed_streams(self) -> dict[str, list[Stream]]:
@@ -240,6 +247,9 @@ class Planner:
             if at("l2_cache_raw", d) in self._feeds:
                 metadata = data_dir.metadata
                 ops.append(L2Cache(d, metadata.info.platform_version, metadata.sample.l2_cache_events))
+            if at("hbm_raw", d) in self._feeds:
+                sample = data_dir.metadata.sample
+                ops.append(HbmBandwidth(d, "" if sample is None else sample.hbm_events))
         joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
         if framework:
             ops += [

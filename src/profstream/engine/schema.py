@@ -248,6 +248,14 @@ TABLES: Mapping[str, pa.Schema] = {
         ("hit_rate", F64),
         ("victim_rate", F64),
     ),
+    # HBM bandwidth per sample, unit and direction (HBM layer, hbm csv), in msprof's row order
+    "hbm": _schema(
+        ("device_id", I32),
+        ("time_ns", I64),
+        ("hbm_id", I32),
+        ("event", DICT),  # read or write
+        ("bandwidth", F64),  # MB/s
+    ),
     "steps": STEPS,
     # torch_npu's device step ranges (framework_outputs.md §4c) have the shape of ``steps``
     "framework_steps": STEPS,

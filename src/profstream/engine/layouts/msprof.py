@@ -7,8 +7,9 @@ export (the C++ path's rule, §1.2) and sliced at 1,000,000 rows:
   (the Step Trace layer alone, §2.4);
 * summary: ``op_summary``, ``op_statistic``, ``task_time``, ``api_statistic``, ``step_trace``,
   ``communication_statistic``, ``npu_mem``, ``npu_module_mem``, ``memory_record``,
-  ``operator_memory`` (§2), ``l2_cache`` (§2.9, when a device recorded L2 cache counters), each with
-  ``Device_id`` first (§1.4), and ``README.txt`` (§1.3).
+  ``operator_memory`` (§2), ``l2_cache`` (§2.9, when a device recorded L2 cache counters), ``hbm``
+  (§2.9, when a device sampled HBM traffic), each with ``Device_id`` first (§1.4), and ``README.txt``
+  (§1.3).
 
 Choices where the spec leaves room:
 
@@ -43,7 +44,9 @@ Choices where the spec leaves room:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterator, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +65,13 @@ from profstream.engine.layouts._outputs import (
     SummaryOutput,
     TimelineOutput,
     after_collection_start,
+    key_order,
     split_by,
     stamp,
 )
 from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, map_text, text
 from profstream.engine.operators import pmu
+from profstream.engine.operators.hbm import DIRECTIONS
 from profstream.engine.operators.settled import SettledLaunches
 from profstream.engine.operators.statistics import (
     COMMUNICATION_TASK_TYPES,
@@ -87,7 +92,7 @@ AIV_KERNEL_SUFFIX = "AivKernel"
 #: ``FilenameIntroductionConfig`` topics)
 DESCRIPTIONS = {
     "msprof": "Timeline of the whole run: device tasks, CANN APIs, communication, overlap analysis, "
-    "step trace and NPU memory\n",
+    "step trace, NPU memory and HBM bandwidth\n",
     "step_trace": "Step Trace layer of the timeline: iterations, FP/BP and all-reduce slices\n",
     "op_summary": "One row per device task matched to an operator, with AI Core PMU metrics\n",
     "op_statistic": "Device task time per operator type and core type\n",
@@ -99,6 +104,7 @@ DESCRIPTIONS = {
     "npu_module_mem": "Memory reserved by each NPU component over time (KB)\n",
     "memory_record": "Total memory allocated and reserved by GE over time (KB)\n",
     "l2_cache": "L2 cache hit and victim rates of each task, with its operator\n",
+    "hbm": "Average HBM read and write bandwidth, of all HBM units and of each (MB/s)\n",
     "operator_memory": "Memory each operator allocated, with allocation time and duration\n",
 }
 
@@ -387,6 +393,91 @@ class L2CacheRows(SummaryOutput):
             yield batch.append_column("op_name", op_name)
 
 
+def _three_places(value: Decimal) -> str:
+    return str(value.quantize(Decimal("0.000"))).replace("E", "e")
+
+
+def hbm_average(means: Sequence[float | None]) -> str:
+    """The Average of hbm csv: msprof's ``float_calculate`` (``common_func/msvp_common.py``) of the per-unit
+    means, summed in ``Decimal`` and rounded to 3 places, then divided by the number of units and rounded
+    again (``ROUND_HALF_EVEN``); ``0.000`` when a unit has no mean (``float_calculate`` gives ``0`` then)."""
+    if not means:
+        return "0"
+    total = "0" if None in means else _three_places(sum((Decimal(str(m)) for m in means), Decimal(0)))
+    return _three_places(Decimal(total) / Decimal(len(means)))
+
+
+def hbm_unit_cells(read: float | None, write: float | None) -> tuple[str | None, str | None]:
+    """A unit's Read and Write cells as msprof's ``_format_hbm_data`` writes them: rounded to 3 places,
+    except that a read mean of 0 or none prints the write mean as it is (msprof's own slip, kept)."""
+
+    def shown(value: float | None) -> str | None:
+        return None if value is None else repr(value)
+
+    return (
+        shown(round(read, 3) if read else write),
+        shown(round(write, 3) if write else write),
+    )
+
+
+class HbmSummary(SummaryOutput):
+    """hbm: per device the mean bandwidth over the ``hbm`` rows, an ``Average`` row then one per HBM id.
+
+    msprof's Python (``viewer/get_msvp_summary_training.py`` ``get_hbm_summary_data``): a unit's mean is the
+    sum of its bandwidths over their number, per direction (none without rows); the first row is
+    :func:`hbm_average`, then the units by id with :func:`hbm_unit_cells`. Only sums and counts are kept.
+    """
+
+    def __init__(self, context: Context, name: str | SliceNaming, **options: Any) -> None:
+        cells = [
+            Cell("Device_id", "device_id"),
+            Cell("Metric", "metric"),
+            Cell("Read(MB/s)", "read", null=""),
+            Cell("Write(MB/s)", "write", null=""),
+        ]
+        super().__init__(context, "hbm", name, cells, by_device=False, **options)
+        # per (device, hbm id, direction): the bandwidths' partial sums and their count
+        self._sums: dict[tuple[int, int, str], tuple[list[float], int]] = {}
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        for device, rows in split_by(batch, batch.column("device_id")):
+            units = rows.column("hbm_id").to_numpy()
+            directions = text(rows.column("event")).to_numpy(zero_copy_only=False)
+            values = rows.column("bandwidth").to_numpy()
+            for unit in np.unique(units):
+                for direction in DIRECTIONS:
+                    chosen = values[(units == unit) & (directions == direction)]
+                    partial, count = self._sums.get((device, int(unit), direction), ([], 0))
+                    partial.append(math.fsum(chosen.tolist()))
+                    self._sums[(device, int(unit), direction)] = (partial, count + len(chosen))
+
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        for device in key_order({device for device, _, _ in self._sums}):
+            units = sorted({unit for d, unit, _ in self._sums if d == device})
+            means = {
+                (unit, direction): (math.fsum(partial) / count if count else None)
+                for (d, unit, direction), (partial, count) in self._sums.items()
+                if d == device
+            }
+            reads = [means[(unit, "read")] for unit in units]
+            writes = [means[(unit, "write")] for unit in units]
+            rows: list[tuple[str, str | None, str | None]] = [
+                ("Average", hbm_average(reads), hbm_average(writes))
+            ]
+            rows += [
+                (str(unit), *hbm_unit_cells(r, w)) for unit, r, w in zip(units, reads, writes, strict=True)
+            ]
+            metric, read, write = zip(*rows, strict=True)
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "device_id": pa.array([device] * len(rows), pa.int32()),
+                    "metric": pa.array(metric, pa.string()),
+                    "read": pa.array(read, pa.string()),
+                    "write": pa.array(write, pa.string()),
+                }
+            )
+
+
 class WaitTime:
     """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1), then keeps
     the rows msprof keeps after the device's collection start (:func:`after_collection_start`).
@@ -637,6 +728,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             fmt=fmt,
         ),
         *([L2CacheRows(context, named("l2_cache"), device_column=True, fmt=fmt)] if context.l2_cache else []),
+        HbmSummary(context, named("hbm"), fmt=fmt),
         SummaryOutput(
             context,
             "memory_record",

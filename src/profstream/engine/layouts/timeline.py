@@ -6,8 +6,8 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
 
 * pids: ``(P << 10) | (sort_index << 5) | D`` with ``P`` = info.json ``pid``, ``D`` = device id
   or 31 for host layers (§3.3). Sort indices are the current C++ ``LAYER_INFO`` ones: CANN 7,
-  Ascend Hardware 14, Communication 16, NPU MEM 17, Overlap Analysis 31 (older CANN wrote 13, 15,
-  19, 23, as torch_npu's trace_view.json in shared/realdata shows; viewers only order by them).
+  Ascend Hardware 14, Communication 16, NPU MEM 17, HBM 24, Overlap Analysis 31 (older CANN wrote 13,
+  15, 19, 17, 23, as torch_npu's trace_view.json in shared/realdata shows; viewers only order by them).
   Device labels are ``NPU {D}`` (``GetLayerInfoLabelWithDeviceId``).
 * ``ts`` is local wall-clock µs with three decimals (the host-monotonic ns plus the start_info
   offset, §3.5), ``dur`` µs.
@@ -52,6 +52,7 @@ CANN_SORT = 7
 HARDWARE_SORT = 14
 COMMUNICATION_SORT = 16
 NPU_MEM_SORT = 17
+HBM_SORT = 24
 OVERLAP_SORT = 31
 STEP_TRACE_TID = 70000
 #: api levels as the CANN layer names them (``{Level}@{api}``, §3.4)
@@ -535,6 +536,39 @@ class NpuMem(_Layer):
                 )
 
 
+class Hbm(_Layer):
+    """HBM read and write bandwidth counters of each device, MB/s (msprof's C++ ``HBMAssembler``).
+
+    Process ``HBM`` (sort index 24, C++ ``LAYER_INFO``); per row a ``C`` event ``HBM {id}/Read`` with
+    args ``Read(MB/s)`` (``Write`` likewise), in the table's order; samples before the device's
+    collection start are left out (``span``; the C++ ``FilterDataByStartTime``).
+    """
+
+    table = "hbm"
+    span = ("time_ns", None)
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        for device, rows in per_device(batch):
+            pid = self.pid(HBM_SORT, device)
+            yield from self.device_process("HBM", HBM_SORT, device)
+            direction = pc.if_else(pc.equal(text(rows.column("event")), "read"), "Read", "Write")
+            name = pc.binary_join_element_wise(
+                "HBM ", pc.cast(rows.column("hbm_id"), pa.string()), "/", direction, ""
+            )
+            bandwidth = rows.column("bandwidth")
+            reads = pc.equal(direction, "Read")
+            yield CounterEvents(
+                name=name,
+                pid=pid,
+                tid=0,
+                ts_ns=local(self.context, rows.column("time_ns")),
+                series={
+                    "Read(MB/s)": pc.if_else(reads, bandwidth, None),
+                    "Write(MB/s)": pc.if_else(reads, None, bandwidth),
+                },
+            )
+
+
 def cann_layers(context: Context, processes: Processes) -> list[EventBuilder]:
     """Every layer of msprof's timeline that profstream draws."""
     groups = _Groups()
@@ -546,6 +580,7 @@ def cann_layers(context: Context, processes: Processes) -> list[EventBuilder]:
         OverlapAnalysis(context, processes),
         StepTrace(context, processes),
         NpuMem(context, processes),
+        Hbm(context, processes),
     ]
 
 
