@@ -70,6 +70,7 @@ TIME_OF = {
     "npu_mem": "time_ns",
     "npu_module_mem": "time_ns",
     "hbm": "time_ns",
+    "aicore_freq": "time_ns",
     "steps": "start_ns",
     "framework_steps": "start_ns",
     "overlap": "start_ns",

@@ -329,6 +329,13 @@ class DirMetadata:
     def is_host(self) -> bool:
         return self.device_id is None
 
+    def end_info_now(self) -> EndInfo | None:
+        """end_info as the directory holds it now: a live collection writes it last, after the plan."""
+        if self.end_info is not None or not self.path.is_dir():
+            return self.end_info
+        path = _find(self.path, sorted(p.name for p in self.path.iterdir()), "end_info", self.device_id)
+        return None if path is None else read_end_info(path)
+
     @property
     def device_info(self) -> DeviceInfo:
         """``DeviceInfo[0]`` (a device dir has exactly one entry)."""

@@ -17,6 +17,7 @@ Graph, per device ``d`` (inputs present in the collection only):
     npu_mem, npu_module_mem -> NpuMemory (one per family) -> npu_mem@d, npu_module_mem@d
     l2_cache (follows the task log) -> L2Cache -> l2_cache@d
     hbm|hbm_v2 -> HbmBandwidth -> hbm@d (at the end of the run)
+    lpm_freq (if any) -> AicoreFreq -> aicore_freq@d (910B and 310B)
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
@@ -37,6 +38,7 @@ from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
 from profstream.engine.feeds import FeedSet, Follow
 from profstream.engine.operators import pmu
+from profstream.engine.operators.aicore_freq import AicoreFreq, drawn
 from profstream.engine.operators.api import ApiEvents, Dictionaries
 from profstream.engine.operators.comm import Communication
 from profstream.engine.operators.comm_analysis import CommAnalysis
@@ -67,6 +69,7 @@ DEVICE_TABLES = (
     "npu_module_mem",
     "l2_cache",
     "hbm",
+    "aicore_freq",
     "op_statistic",
     "comm_statistic",
     "comm_ops",
@@ -168,6 +171,8 @@ class Planner:
                 log = next((f for f in ("stars_soc", "hwts") if at(f, device_id) in specs), "hwts")
                 feed = _FeedSpec(data_dir, "l2_cache", follows=at(log, device_id))
                 specs[at("l2_cache_raw", device_id)] = feed
+            if fs.has(data_dir, "lpm_freq"):
+                specs[at("lpm_freq", device_id)] = _FeedSpec(data_dir, "lpm_freq")
             for family in _HBM:  # one of the two, by the collection's version
                 if fs.has(data_dir, family):
                     specs[at("hbm_raw", device_id)] = _FeedSpec(data_dir, family)
@@ -247,6 +252,9 @@ class Planner:
             if at("l2_cache_raw", d) in self._feeds:
                 metadata = data_dir.metadata
                 ops.append(L2Cache(d, metadata.info.platform_version, metadata.sample.l2_cache_events))
+            if drawn(data_dir.metadata):
+                changes = at("lpm_freq", d) in self._feeds
+                ops.append(AicoreFreq(d, data_dir.metadata, self.collection.wall_offset_ns, changes=changes))
             if at("hbm_raw", d) in self._feeds:
                 sample = data_dir.metadata.sample
                 ops.append(HbmBandwidth(d, "" if sample is None else sample.hbm_events))

@@ -248,6 +248,12 @@ TABLES: Mapping[str, pa.Schema] = {
         ("hit_rate", F64),
         ("victim_rate", F64),
     ),
+    # the AI Core frequency from the collection start to its end (AI Core Freq layer)
+    "aicore_freq": _schema(
+        ("device_id", I32),
+        ("time_ns", I64),
+        ("freq_mhz", I64),
+    ),
     # HBM bandwidth per sample, unit and direction (HBM layer, hbm csv), in msprof's row order
     "hbm": _schema(
         ("device_id", I32),

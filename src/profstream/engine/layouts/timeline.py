@@ -6,8 +6,9 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
 
 * pids: ``(P << 10) | (sort_index << 5) | D`` with ``P`` = info.json ``pid``, ``D`` = device id
   or 31 for host layers (§3.3). Sort indices are the current C++ ``LAYER_INFO`` ones: CANN 7,
-  Ascend Hardware 14, Communication 16, NPU MEM 17, HBM 24, Overlap Analysis 31 (older CANN wrote 13,
-  15, 19, 17, 23, as torch_npu's trace_view.json in shared/realdata shows; viewers only order by them).
+  Ascend Hardware 14, AI Core Freq 15, Communication 16, NPU MEM 17, HBM 24, Overlap Analysis 31 (older
+  CANN wrote 13, 14, 15, 19, 17, 23, as torch_npu's trace_view.json in shared/realdata shows; viewers only
+  order by them).
   Device labels are ``NPU {D}`` (``GetLayerInfoLabelWithDeviceId``).
 * ``ts`` is local wall-clock µs with three decimals (the host-monotonic ns plus the start_info
   offset, §3.5), ``dur`` µs.
@@ -50,6 +51,7 @@ from profstream.sinks.chrome_trace import Events
 HOST_SLOT = 31
 CANN_SORT = 7
 HARDWARE_SORT = 14
+AICORE_FREQ_SORT = 15
 COMMUNICATION_SORT = 16
 NPU_MEM_SORT = 17
 HBM_SORT = 24
@@ -536,6 +538,25 @@ class NpuMem(_Layer):
                 )
 
 
+class AicoreFreqLayer(_Layer):
+    """The AI Core frequency of each device: ``C`` events ``AI Core Freq`` with ``{"MHz": freq}``
+    (C++ ``AicoreFreqAssembler``; process ``AI Core Freq``, sort index 15). The rows are already the ones
+    msprof draws, from its collection start on (:mod:`~profstream.engine.operators.aicore_freq`)."""
+
+    table = "aicore_freq"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        for device, rows in per_device(batch):
+            yield from self.device_process("AI Core Freq", AICORE_FREQ_SORT, device)
+            yield CounterEvents(
+                name="AI Core Freq",
+                pid=self.pid(AICORE_FREQ_SORT, device),
+                tid=0,
+                ts_ns=local(self.context, rows.column("time_ns")),
+                series={"MHz": rows.column("freq_mhz")},
+            )
+
+
 class Hbm(_Layer):
     """HBM read and write bandwidth counters of each device, MB/s (msprof's C++ ``HBMAssembler``).
 
@@ -579,6 +600,7 @@ def cann_layers(context: Context, processes: Processes) -> list[EventBuilder]:
         CommunicationTasks(context, processes, groups),
         OverlapAnalysis(context, processes),
         StepTrace(context, processes),
+        AicoreFreqLayer(context, processes),
         NpuMem(context, processes),
         Hbm(context, processes),
     ]
