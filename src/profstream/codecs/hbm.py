@@ -18,7 +18,7 @@ version; both give the same columns.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -79,25 +79,20 @@ def _is_v2(traits: StreamTraits) -> bool:
     return traits.version == VERSION_2
 
 
-HBM = Codec(
-    family="hbm",
-    side="device",
-    patterns=named_patterns(PATTERN),
-    decode=_decoder(DTYPE_V1),
-    encode=_encoder(DTYPE_V1),
-    record_size=RECORD_SIZE_V1,
-    applies=lambda traits: not _is_v2(traits),
-    description="HBM read/write counts per sample (collection version 1.0)",
-)
-HBM_V2 = Codec(
-    family="hbm_v2",
-    side="device",
-    patterns=named_patterns(PATTERN),
-    decode=_decoder(DTYPE_V2),
-    encode=_encoder(DTYPE_V2),
-    record_size=RECORD_SIZE_V2,
-    applies=_is_v2,
-    description="HBM read/write counts per sample (collection version 2.0)",
-)
+def _codec(family: str, dtype: np.dtype[Any], applies: Callable[[StreamTraits], bool], version: str) -> Codec:
+    return Codec(
+        family=family,
+        side="device",
+        patterns=named_patterns(PATTERN),
+        decode=_decoder(dtype),
+        encode=_encoder(dtype),
+        record_size=dtype.itemsize,
+        applies=applies,
+        description=f"HBM read/write counts per sample (collection version {version})",
+    )
+
+
+HBM = _codec("hbm", DTYPE_V1, lambda traits: not _is_v2(traits), "1.0")
+HBM_V2 = _codec("hbm_v2", DTYPE_V2, _is_v2, VERSION_2)
 
 CODECS = (HBM, HBM_V2)
