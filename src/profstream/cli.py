@@ -179,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--l2-cache", action="store_true", help="also record L2 cache counters per task (l2_cache.data)"
     )
+    simulate.add_argument("--hbm", action="store_true", help="also sample HBM traffic every 10 ms (hbm.data)")
     simulate.add_argument("--seed", type=int, default=0)
     simulate.add_argument("--truth", metavar="DIR", help="also write the ground truth as Parquet here")
     simulate.add_argument(

@@ -144,6 +144,7 @@ def _simulation_config(args: argparse.Namespace) -> Any:
         profiling_options=args.profiling_options or "",
         seed=args.seed,
         l2_cache=args.l2_cache,
+        hbm=args.hbm,
         target_bytes=None if args.size is None else args.size * 1024 * 1024,
     )
 

@@ -20,6 +20,7 @@ import pytest
 from profstream.codecs import hbm
 from profstream.engine import discovery
 from profstream.export import Selection, export
+from profstream.simulate import SimulationConfig, simulate
 from tests.engine.operators.test_hbm import msprof_rows
 from tests.engine.profdirs import PT_910B, make_prof, needs_realdata
 from tests.export.conftest import Run
@@ -234,3 +235,19 @@ def test_an_iteration_window_keeps_its_samples(hbm_run: tuple[Path, dict[int, li
     times = pq.read_table(dataset).column("time_ns").to_pylist()
     assert times and all(low <= t <= high for t in times)
     assert len(times) < 2 * 30 * 8
+
+
+def test_simulated_hbm_samples_reach_every_output(tmp_path: Path) -> None:
+    """``simulate --hbm``: every sample is a row of the hbm table, and hbm csv has each unit's means."""
+    result = simulate(
+        SimulationConfig(chip="910B", steps=3, ops_per_step=16, hbm=True, seed=4), tmp_path / "raw"
+    )
+    written = sum(c.records for c in result.counts if c.family == "hbm")
+    assert written and written % 8 == 0
+    report = export(tmp_path / "raw", kind="summary", layout="msprof", output=tmp_path / "out")
+    assert report.collections[0].rows["hbm"] == written  # every sample has all eight records: all kept
+    [path] = (tmp_path / "out").rglob("hbm_*.csv")
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))[1:]
+    assert [r[1] for r in rows] == ["Average", "0", "1", "2", "3"]
+    assert all(float(value) > 0 for row in rows for value in row[2:])

@@ -88,6 +88,7 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     profiling_options: str = ""
     seed: int = 0
     l2_cache: bool = False
+    hbm: bool = False  # also sample HBM traffic (hbm.data), as msprof --sys-hardware-mem=on does
     slice_bytes: int = DEFAULT_SLICE_BYTES
     target_bytes: int | None = None
 

@@ -33,7 +33,9 @@ when (specs/cann_raw_formats.md §2 and the CANN sources it cites):
 - npu_mem samples (info.json version 1.0 layout: u32 µs since the device's
   corrected host start, §2.11) every 10 ms, APP and DEVICE rows, with
   npu_module_mem rows for four modules; on 910B one lpmFreqConv entry per
-  chunk holding the constant AI Core frequency.
+  chunk holding the constant AI Core frequency;
+- with ``hbm``, HBM samples at the same times (version 1.0 layout, the same
+  µs clock as npu_mem): a read and a write count for each of four HBM units.
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ class DeviceContext:
     acl_tid: int
     py_tid: int
     l2_events: tuple[int, ...] = ()  # sample.json's L2 cache events; none: no l2_cache.data
+    hbm: bool = False  # write hbm.data samples
     counters: dict[str, int] = field(default_factory=dict)
     next_sample: int = 0  # time of the next npu_mem sample
     ge_totals: tuple[int, int] = (WEIGHTS_BYTES,) * 2  # task_memory_info: allocated, reserved
@@ -429,6 +432,22 @@ def _ts_track(chunk: Chunk, ctx: DeviceContext) -> Rows:
     return Rows("ts_track", columns, times).ordered()
 
 
+#: HBM units a simulated device samples (910A and 910B have four)
+HBM_UNITS = 4
+
+
+def _hbm(times: I64, base: int) -> Rows:
+    """Per sample time a read and a write count of each HBM unit; counts vary with the time (32 bytes
+    each, so 1,000 counts in 10 ms are about 3 MB/s)."""
+    n = len(times)
+    unit = np.tile(np.repeat(np.arange(HBM_UNITS), 2), n)
+    event = np.tile([0, 1], n * HBM_UNITS)
+    ms = np.repeat((times - base) // 1_000_000, 2 * HBM_UNITS)
+    count = 20_000 + 3_000 * unit + 5_000 * event + (ms * 7919 + unit * 104_729) % 9_973
+    columns = {"timestamp": np.repeat((times - base) // 1000, 2 * HBM_UNITS), "count": count, "event": event}
+    return Rows("hbm", {**columns, "hbm_id": unit}, np.repeat(times, 2 * HBM_UNITS))
+
+
 def _samples(chunk: Chunk, ctx: DeviceContext) -> list[Rows]:
     """npu_mem / npu_module_mem samples every 10 ms and, on 910B, the AI Core frequency."""
     base = ctx.clock.corrected_mono
@@ -460,6 +479,8 @@ def _samples(chunk: Chunk, ctx: DeviceContext) -> list[Rows]:
         np.repeat(times, k),
     )
     rows = [mem, module]
+    if ctx.hbm:
+        rows.append(_hbm(times, base))
     if ctx.profile.stars:
         at = np.array([chunk.origin[0]], np.int64)
         freq = {"syscnt": ctx.clock.to_syscnt(at), "freq_mhz": np.array([ctx.profile.aic_freq_mhz])}

@@ -38,6 +38,7 @@ DEVICE_FILES = {
     "npu_module_mem": "npu_module_mem.data",
     "lpm_freq": "lpmFreqConv.data",
     "l2_cache": "l2_cache.data",
+    "hbm": "hbm.data",
 }
 COMPACT = frozenset({"task_track", "node_basic_info", "memcpy_info", "hccl_op_info", "expand_stream_spec"})
 FRAMEWORK_FILES = {
@@ -142,6 +143,7 @@ class RankRun:
                 acl_tid=layout.pid + 11 + 2 * k,
                 py_tid=layout.pid + 2 * k,
                 l2_events=cfg.l2_events,
+                hbm=cfg.hbm,
             )
             for k, dev in enumerate(clocks)
         ]
