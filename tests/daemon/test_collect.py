@@ -38,7 +38,7 @@ STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
 def raw(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     chip, framework = request.param
     out = tmp_path_factory.mktemp(f"raw-{chip}")
-    simulate(SimulationConfig(chip=chip, steps=4, framework=framework, seed=3), out / "raw")
+    simulate(SimulationConfig(chip=chip, steps=4, framework=framework, seed=3, hbm=True), out / "raw")
     return out / "raw"
 
 

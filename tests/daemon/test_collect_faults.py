@@ -48,8 +48,8 @@ def _prof(config: SimulationConfig, root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished 910B PROF dir (1.3 MB, 64 KiB slices)."""
-    cfg = SimulationConfig(chip="910B", steps=4, framework="none", seed=3, slice_bytes=64 * 1024)
+    """A finished 910B PROF dir (1.3 MB, 64 KiB slices), with HBM samples (held to the end of the run)."""
+    cfg = SimulationConfig(chip="910B", steps=4, framework="none", seed=3, slice_bytes=64 * 1024, hbm=True)
     return _prof(cfg, tmp_path_factory.mktemp("small"))
 
 
