@@ -19,6 +19,7 @@ import pytest
 
 from profstream.codecs import hbm
 from profstream.engine import discovery
+from profstream.engine.operators.hbm import SCALE
 from profstream.export import Selection, export
 from profstream.simulate import SimulationConfig, simulate
 from tests.engine.operators.test_hbm import msprof_rows
@@ -186,15 +187,9 @@ def test_version_2_times_are_msprofs_absolute_ns(tmp_path: Path) -> None:
     [trace] = (tmp_path / "out").rglob("msprof_*.json")
     counters, _ = hbm_events(json.loads(trace.read_text()))
     assert [e["ts"] for e in counters] == [f"{t // 1000}.{t % 1000:03d}" for t in np.repeat(times, 2)]
-    assert counters[2]["args"] == {"Read(MB/s)": 640 * hbm_scale() / 20_000_123 * 1e9}
+    assert counters[2]["args"] == {"Read(MB/s)": 640 * SCALE / 20_000_123 * 1e9}
     [summary] = (tmp_path / "out").rglob("hbm_*.csv")
     assert summary.read_text().splitlines()[1].startswith("0,Average,")
-
-
-def hbm_scale() -> float:
-    from profstream.engine.operators.hbm import SCALE
-
-    return SCALE
 
 
 @needs_realdata

@@ -312,6 +312,17 @@ def column(mapping: Mapping[str, Any], name: str, count: int, dtype: npt.DTypeLi
     return np.asarray(value).astype(dtype, copy=False)
 
 
+def pack_records(columns: Mapping[str, Any], dtype: np.dtype[Any]) -> bytes:
+    """Records of ``dtype`` whose fields (all but the reserved ``_`` ones) come from encode() input
+    ``columns``, each as its field's type (zeros where a column is absent)."""
+    n = row_count(columns)
+    records = np.zeros(n, dtype)
+    for name in dtype.names or ():
+        if not name.startswith("_"):
+            records[name] = column(columns, name, n, dtype[name])
+    return records.tobytes()
+
+
 def row_count(mapping: Mapping[str, Any]) -> int:
     """Number of rows of an encode() input (the length of its first column)."""
     for value in mapping.values():

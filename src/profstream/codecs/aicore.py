@@ -61,6 +61,7 @@ from profstream.codecs._base import (
     batch,
     column,
     named_patterns,
+    pack_records,
     packed_dtype,
     record_words,
     row_count,
@@ -183,14 +184,6 @@ def _decode_sample(buf: ByteBuffer, ctx: DecodeContext, *, dtype: np.dtype[Any])
     return Decoded(batch(_fields(records[:kept])), consumed, dropped, reason)
 
 
-def _encode_sample(columns: Mapping[str, Any], *, dtype: np.dtype[Any]) -> bytes:
-    n = row_count(columns)
-    records = np.zeros(n, dtype)
-    for name in _fields(records):
-        records[name] = column(columns, name, n, dtype[name])
-    return records.tobytes()
-
-
 def _sample_not_v6(traits: StreamTraits) -> bool:
     return traits.sample_based and not traits.is_v6
 
@@ -230,7 +223,7 @@ def sample_codec(family: str, patterns: Patterns, v6: bool, what: str) -> Codec:
         side="device",
         patterns=patterns,
         decode=partial(_decode_sample, dtype=dtype),
-        encode=partial(_encode_sample, dtype=dtype),
+        encode=partial(pack_records, dtype=dtype),
         record_size=dtype.itemsize,
         applies=_sample_v6 if v6 else _sample_not_v6,
         description=f"{what} PMU counters per sampling interval (sample-based{', V6' if v6 else ''})",

@@ -18,7 +18,8 @@ version; both give the same columns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,14 +30,12 @@ from profstream.codecs._base import (
     DecodeContext,
     Decoded,
     DecodeFn,
-    EncodeFn,
     StreamTraits,
     as_records,
     batch,
-    column,
     named_patterns,
+    pack_records,
     packed_dtype,
-    row_count,
 )
 
 RECORD_SIZE_V1, RECORD_SIZE_V2 = 24, 32
@@ -64,17 +63,6 @@ def _decoder(dtype: np.dtype[Any]) -> DecodeFn:
     return decode
 
 
-def _encoder(dtype: np.dtype[Any]) -> EncodeFn:
-    def encode(columns: Mapping[str, Any]) -> bytes:
-        n = row_count(columns)
-        records = np.zeros(n, dtype)
-        for name, kind in COLUMNS.items():
-            records[name] = column(columns, name, n, kind)
-        return records.tobytes()
-
-    return encode
-
-
 def _is_v2(traits: StreamTraits) -> bool:
     return traits.version == VERSION_2
 
@@ -85,7 +73,7 @@ def _codec(family: str, dtype: np.dtype[Any], applies: Callable[[StreamTraits], 
         side="device",
         patterns=named_patterns(PATTERN),
         decode=_decoder(dtype),
-        encode=_encoder(dtype),
+        encode=partial(pack_records, dtype=dtype),
         record_size=dtype.itemsize,
         applies=applies,
         description=f"HBM read/write counts per sample (collection version {version})",

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from profstream.codecs._base import (
     ByteBuffer,
     Codec,
@@ -27,10 +25,9 @@ from profstream.codecs._base import (
     Decoded,
     as_records,
     batch,
-    column,
     named_patterns,
+    pack_records,
     packed_dtype,
-    row_count,
 )
 
 RECORD_SIZE = 72
@@ -56,13 +53,7 @@ def decode(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
 
 
 def encode(columns: Mapping[str, Any]) -> bytes:
-    n = row_count(columns)
-    records = np.zeros(n, DTYPE)
-    for name in _IDS:
-        records[name] = column(columns, name, n, np.uint16)
-    for name in EVENT_COLUMNS:
-        records[name] = column(columns, name, n, np.uint64)
-    return records.tobytes()
+    return pack_records(columns, DTYPE)
 
 
 L2_CACHE = Codec(
