@@ -1,7 +1,9 @@
 """Macro benchmark: time whole ``profstream`` CLI runs and record wall time and peak RSS.
 
 Each scenario runs the CLI in a child process (start-up and numba compilation
-included, as a user sees it); peak RSS is the child's ``ru_maxrss``. Results are
+included, as a user sees it); peak RSS is the child's ``ru_maxrss`` (the largest of the child
+and the worker processes an export forks), and the peak PSS sums the proportional set sizes of
+all of them (shared pages split between them), sampled every 50 ms. Results are
 printed and, with ``--write``, replace the table between the markers in
 bench/README.md.
 
@@ -17,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +37,7 @@ class Result:
     wall_s: float
     peak_rss_mb: float
     input_mb: float
+    peak_pss_mb: float = 0.0
 
     @property
     def mb_per_s(self) -> float:
@@ -44,17 +48,58 @@ def du_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
 
-def run(argv: list[str], module: list[str] | None = None) -> tuple[float, float]:
-    """Run one CLI command (or ``module`` script) in a child process; return (wall s, its peak RSS MB)."""
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            try:
+                todo += [int(child) for child in task.read_text().split()]
+            except OSError:
+                continue
+    return found
+
+
+def _pss_mb(pids: list[int]) -> float:
+    """The summed proportional set size of ``pids`` (shared pages split between the processes)."""
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except OSError:
+            continue
+    return total / 1024
+
+
+def run(argv: list[str], module: list[str] | None = None) -> tuple[float, float, float]:
+    """Run one CLI command (or ``module`` script) in a child process; return (wall s, the largest peak
+    RSS of it and its worker processes in MB, and their summed PSS at its peak, sampled every 50 ms)."""
     started = time.perf_counter()
     command = module or ["-m", "profstream"]
     child = subprocess.Popen([sys.executable, *command, *argv], stdout=subprocess.DEVNULL)
+    peak_pss = 0.0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_pss
+        while not done.wait(0.05):
+            peak_pss = max(peak_pss, _pss_mb(_tree(child.pid)))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     _, status, usage = os.wait4(child.pid, 0)
+    done.set()
+    sampler.join()
     wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         raise subprocess.CalledProcessError(child.returncode, argv)
-    return wall, usage.ru_maxrss / 1024  # Linux reports kilobytes
+    return wall, usage.ru_maxrss / 1024, peak_pss  # Linux reports kilobytes
 
 
 def simulated(work: Path, chip: str, size_mb: int) -> Path:
@@ -82,8 +127,10 @@ def scenario_simulate(chip: str, size_mb: int) -> Callable[[Path], Result]:
     def go(work: Path) -> Result:
         out = work / f"simulate-{chip}-{size_mb}"
         argv = ["simulate", str(out), "--chip", chip, "--size", str(size_mb), "--seed", "2"]
-        wall, rss = run(argv)
-        return Result(f"simulate {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(out))
+        wall, rss, pss = run(argv)
+        return Result(
+            f"simulate {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(out), pss
+        )
 
     return go
 
@@ -92,8 +139,10 @@ def scenario_inspect(chip: str, size_mb: int) -> Callable[[Path], Result]:
     def go(work: Path) -> Result:
         src = simulated(work, chip, size_mb)
         argv = ["inspect", "-dir", str(src), "--json"]
-        wall, rss = run(argv)
-        return Result(f"inspect {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(src))
+        wall, rss, pss = run(argv)
+        return Result(
+            f"inspect {chip} {size_mb} MB", "profstream " + " ".join(argv), wall, rss, du_mb(src), pss
+        )
 
     return go
 
@@ -102,9 +151,9 @@ def scenario_tables(chip: str, size_mb: int) -> Callable[[Path], Result]:
     def go(work: Path) -> Result:
         src = simulated(work, chip, size_mb)
         script = str(Path(__file__).with_name("operator_stage.py"))
-        wall, rss = run([str(src)], module=[script])
+        wall, rss, pss = run([str(src)], module=[script])
         command = f"python bench/operator_stage.py {src}"
-        return Result(f"all tables {chip} {size_mb} MB", command, wall, rss, du_mb(src))
+        return Result(f"all tables {chip} {size_mb} MB", command, wall, rss, du_mb(src), pss)
 
     return go
 
@@ -125,11 +174,11 @@ def scenario_export(kind: str, layout: str = "msprof") -> Callable[[str, int], C
                 "--output",
                 str(work / f"export-{kind}-{layout}-{chip}-{size_mb}"),
             ]
-            wall, rss = run(argv)
+            wall, rss, pss = run(argv)
             label = f"export {kind} {chip} {size_mb} MB"
             if layout != "msprof":
                 label += f", {layout} layout"
-            return Result(label, "profstream " + " ".join(argv), wall, rss, du_mb(src))
+            return Result(label, "profstream " + " ".join(argv), wall, rss, du_mb(src), pss)
 
         return go
 
@@ -146,11 +195,10 @@ def scenario_export_both(chip: str, size_mb: int) -> Callable[[Path], Result]:
         shutil.copytree(src, linked, copy_function=os.link)
         [prof] = linked.glob("*/PROF_*")
         argv = ["--export=on", f"--output={prof}"]
-        wall, rss = run(argv)
+        wall, rss, pss = run(argv)
         command = "profstream " + " ".join(argv)
-        return Result(
-            f"export timeline and summary (--export=on) {chip} {size_mb} MB", command, wall, rss, du_mb(src)
-        )
+        label = f"export timeline and summary (--export=on) {chip} {size_mb} MB"
+        return Result(label, command, wall, rss, du_mb(src), pss)
 
     return go
 
@@ -177,12 +225,12 @@ def table(results: list[Result]) -> str:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
         f"measured {time.strftime('%Y-%m-%d')} with `python bench/macro.py`.",
         "",
-        "| scenario | raw input MB | wall s | MB/s | peak RSS MB | command |",
-        "|---|---:|---:|---:|---:|---|",
+        "| scenario | raw input MB | wall s | MB/s | peak RSS MB | peak PSS MB, all processes | command |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     lines += [
         f"| {r.scenario} | {r.input_mb:.0f} | {r.wall_s:.2f} | {r.mb_per_s:.0f} | {r.peak_rss_mb:.0f} "
-        f"| `{r.command}` |"
+        f"| {r.peak_pss_mb:.0f} | `{r.command}` |"
         for r in results
     ]
     return "\n".join(lines)

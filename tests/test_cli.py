@@ -34,7 +34,7 @@ def test_no_command_is_usage(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("kind", ["timeline", "summary"])
 def test_export_parses_msprof_arguments(kind: str) -> None:
-    """export takes exactly msprof.py's arguments plus --layout/--output/--timeline-limit."""
+    """export takes exactly msprof.py's arguments plus --layout/--output/--timeline-limit/--processes."""
     args = build_parser().parse_args(
         [
             "export",
@@ -54,15 +54,18 @@ def test_export_parses_msprof_arguments(kind: str) -> None:
             "/o",
             "--timeline-limit",
             "100",
+            "--processes",
+            "1",
             "-v",
         ]
     )
     assert (args.collection_dir, args.iteration_id, args.model_id, args.iteration_count) == ("/p", 3, 1, 2)
-    assert (args.clear, args.layout, args.output, args.timeline_limit, args.verbose) == (
+    assert (args.clear, args.layout, args.output, args.timeline_limit, args.processes, args.verbose) == (
         True,
         "torch_npu",
         "/o",
         100,
+        1,
         1,
     )
     long_form = build_parser().parse_args(["export", kind, "--collection-dir", "/q"])
@@ -108,6 +111,7 @@ def test_summary_format() -> None:
         (["export", "timeline", "-dir", "/p", "--format", "json"], "unrecognized arguments"),
         (["export", "summary", "-dir", "/p", "--layout", "perfetto"], "invalid choice"),
         (["export", "summary", "-dir", "/p", "--timeline-limit", "0"], "--timeline-limit must be >= 1"),
+        (["export", "summary", "-dir", "/p", "--processes", "-1"], "--processes must be >= 0"),
         (["inspect"], "-dir"),
         (["simulate"], "OUT"),
         (["simulate", "/o", "--chip", "310P"], "invalid choice"),
@@ -281,3 +285,12 @@ def test_cache_is_cold_looks_for_numba_index_files(tmp_path: Path, monkeypatch: 
     assert not cache_is_cold(package)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
     assert cache_is_cold(package)
+
+
+def test_processes_flag_sets_the_export_setting() -> None:
+    from profstream.commands import settings_of
+
+    args = build_parser().parse_args(["export", "summary", "-dir", "/p", "--processes", "3"])
+    assert settings_of(args).export.processes == 3
+    default = build_parser().parse_args(["export", "summary", "-dir", "/p"])
+    assert settings_of(default).export.processes == 0  # one per core

@@ -2,7 +2,7 @@
 
 ``export`` takes exactly msprof.py's arguments (Ascend/msprof
 ``analysis/msinterface/msprof_entrance.py``; seeds/000) plus ``--layout``,
-``--output`` and ``--timeline-limit``. The msprof binary's form from the
+``--output``, ``--timeline-limit`` and ``--processes``. The msprof binary's form from the
 TensorFlow flow, ``profstream --export=on --output=PROF_DIR``, means "export
 timeline and summary of that directory".
 
@@ -135,6 +135,12 @@ def _export_arguments(parser: argparse.ArgumentParser, *, summary: bool) -> None
     parser.add_argument("--layout", choices=("msprof", "torch_npu", "parquet"), default=None)
     parser.add_argument("--output", metavar="DIR", help="output directory (default: inside the PROF dir)")
     _timeline_limit(parser, "cap on the total timeline output in MB (default 500)")
+    parser.add_argument(
+        "--processes",
+        type=_int_in(0, None, "--processes"),
+        metavar="N",
+        help="processes for output groups that share no pipeline (default 0: one per core; 1: one process)",
+    )
 
 
 def _timeline_limit(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -273,8 +279,9 @@ def _msprof_binary_form(argv: Sequence[str]) -> argparse.Namespace | None:
         raise _UsageError(binary, "--export=off asks for nothing; use --export=on")
     args.clear = args.clear == "on"
     args.command, args.kind = "export", "both"
-    args.iteration_count, args.format, args.layout, args.output, args.timeline_limit = (
+    args.iteration_count, args.format, args.layout, args.output, args.timeline_limit, args.processes = (
         1,
+        None,
         None,
         None,
         None,

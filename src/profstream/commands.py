@@ -56,6 +56,8 @@ def settings_of(args: argparse.Namespace) -> Settings:
         export["format"] = args.format
     if getattr(args, "timeline_limit", None):
         export["timeline_limit_mb"] = args.timeline_limit
+    if getattr(args, "processes", None) is not None:
+        export["processes"] = args.processes
     if export:
         overrides["export"] = export
     return load_settings(getattr(args, "config", None), env=os.environ, overrides=overrides)

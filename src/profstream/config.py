@@ -39,6 +39,7 @@ class ExportSettings(_Section, frozen=True):
     timeline_file_mb: PositiveInt = 256  # roll timeline files at a viewer-safe size
     timeline_file_events: PositiveInt = 1_000_000
     csv_slice_rows: PositiveInt = 1_000_000  # msprof-layout summary CSVs slice at this many rows
+    processes: Annotated[int, msgspec.Meta(ge=0)] = 0  # for independent output groups; 0: one per core
 
 
 class DaemonSettings(_Section, frozen=True):

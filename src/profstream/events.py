@@ -27,6 +27,7 @@ KERNELS_COMPILING: Final = "kernels_compiling"  # no cached numba kernels yet: t
 # Export
 EXPORT_STARTED: Final = "export_started"
 EXPORT_FINISHED: Final = "export_finished"
+EXPORT_PART_STARTED: Final = "export_part_started"  # outputs that share no pipeline, in a worker process
 FILE_WRITTEN: Final = "file_written"
 TIMELINE_EVENTS_DROPPED: Final = "timeline_events_dropped"
 # Simulator

@@ -1,9 +1,14 @@
-"""``export``: one pipeline per collection, its tables routed to a layout's outputs.
+"""``export``: pipelines per collection, their tables routed to a layout's outputs.
 
 What ``msprof.py export timeline|summary`` does (msprof_outputs.md §1.1), as a stream: every output of
-the layout says which canonical tables it reads, one pipeline produces all of them, and each batch goes
-to the outputs that read its table. Files are written under temporary names and renamed when the
-export succeeds; on any error every output is aborted, so no partial file is left looking complete.
+the layout says which canonical tables it reads, a pipeline produces them, and each batch goes to the
+outputs that read its table. Files are written under temporary names and renamed when the export
+succeeds; on any error every output is aborted, so no partial file is left looking complete.
+
+Outputs whose pipelines share little (in the msprof layout, GE memory and step trace beside the task
+tables) are split into groups (``plan.split_work``, by the raw bytes each group's feeds and operators
+take), up to ``processes`` (``[export]``, ``--processes``; 0: one per core). The costliest group runs
+here, each other one in a forked worker (:mod:`profstream.workers`), and all commit together.
 
 ``--model-id/--iteration-id`` (msprof_outputs.md §4b): the iterations are read first (a small
 pipeline of the step tables); the window is from the end of the last iteration (of any model) that
@@ -17,9 +22,10 @@ iteration; a choice for one consistent window).
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -47,13 +53,14 @@ from profstream.engine.layouts import (
 from profstream.engine.layouts.msprof import write_readme
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
-from profstream.engine.plan import Planner
+from profstream.engine.plan import Planner, split_work
 from profstream.engine.runtime import ADVANCE_BYTES, Operator
 from profstream.engine.schema import NO_ID
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
 from profstream.sinks.csv import CSV_LIMIT
+from profstream.workers import Worker, can_fork
 
 #: msprof's STEP_EXPORT model id
 STEP_MODEL_ID = NO_ID
@@ -335,17 +342,6 @@ def _export_one(
         settings.timeline_file_mb, settings.timeline_file_events, settings.timeline_limit_mb
     )
     built = outputs(context, layout, kind, fmt=fmt, framework=framework_config(collection), limits=limits)
-    tables = {table for output in built for table in output.tables}
-    statistics: dict[str, list[Operator]] = {}
-    if window is not None:
-        for table, source in RECOMPUTED.items():
-            if table in tables:
-                tables.discard(table)
-                tables.add(source)
-                statistics.setdefault(source, []).extend(
-                    _aggregators(table, context.devices, context.collection_start_ns)
-                )
-    router = Router(built, window, statistics)
     # msprof.py reads no FRAMEWORK files and none of its outputs need them (the window above may)
     planner = Planner(
         collection,
@@ -354,19 +350,28 @@ def _export_one(
         advance_bytes=advance_bytes,
         read_framework=layout != "msprof",
     )
-    pipeline, streams = planner.pipeline(sorted(tables))
-    clock = _Span(collection)
+    parts = [_Part(planner, group, window, context) for group in _groups(planner, built, window, settings)]
+    workers: list[Worker[_PartReport]] = []
     try:
-        for count, (stream, batch) in enumerate(pipeline.run(streams)):
-            router.route(stream, batch)
-            if progress is not None and count % 16 == 0:
-                progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
-        router.finish_statistics()
-        paths = [p for output in built for p in output.close()]
+        for number, part in enumerate(parts[1:], 1):
+            workers.append(Worker(f"export-part-{number}", part.run, part.commit, part.abort))
+            log_events.get_logger(component="export").info(
+                log_events.EXPORT_PART_STARTED,
+                pid=workers[-1].pid,
+                tables=sorted({t for output in part.outputs for t in output.tables}),
+            )
+        parts[0].run(progress)
+        for worker in workers:
+            worker.wait_ran()
+        for worker in workers:
+            worker.commit()
+        done = [parts[0].commit()] + [worker.result() for worker in workers]
     except BaseException:
-        for output in built:
-            output.abort()
+        for worker in workers:
+            worker.abort()
+        parts[0].abort()
         raise
+    paths = [path for part in done for path in part.paths]
     if layout == "msprof":
         paths.append(write_readme(out_dir))
     if layout == "torch_npu":
@@ -377,11 +382,91 @@ def _export_one(
         collection,
         out_dir=out_dir,
         devices=context.devices,
-        router=router,
-        built=built,
+        parts=done,
         paths=paths,
         window=window,
     )
+
+
+#: the least raw-data work (Planner.work) that earns a group of outputs its own worker process: below
+#: it, forking and a second pipeline cost more than they save
+MIN_PART_WORK = 16 << 20
+
+
+def _groups(
+    planner: Planner, built: Sequence[Output], window: tuple[int, int] | None, settings: ExportSettings
+) -> list[list[Output]]:
+    """``built`` in groups that run in processes of their own, the costliest first (``workers``)."""
+    processes = settings.processes or os.cpu_count() or 1
+    if processes < 2 or len(built) < 2 or not can_fork():
+        return [list(built)]
+    works = [planner.work(_sources(output.tables, window)) for output in built]
+    groups = split_work(works, processes, min_part=MIN_PART_WORK)
+    return [[built[i] for i in group] for group in groups]
+
+
+def _sources(tables: Iterable[str], window: tuple[int, int] | None) -> set[str]:
+    """The tables a pipeline must produce for outputs reading ``tables`` (statistics are recomputed
+    from their source tables under a window)."""
+    return {RECOMPUTED.get(t, t) if window is not None else t for t in tables}
+
+
+class _PartReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one part of an export wrote (sent back by a worker process)."""
+
+    paths: list[Path]
+    rows: dict[str, int]
+    drops: list[DropReport]
+
+
+@dataclass
+class _Part:
+    """One group of a collection's outputs and the pipeline that feeds them."""
+
+    planner: Planner
+    outputs: list[Output]
+    window: tuple[int, int] | None
+    context: Context
+    router: Router | None = None
+
+    def run(self, progress: Progress | None = None) -> None:
+        tables = _sources((t for output in self.outputs for t in output.tables), self.window)
+        statistics: dict[str, list[Operator]] = {}
+        if self.window is not None:
+            for table, source in RECOMPUTED.items():
+                if any(table in output.tables for output in self.outputs):
+                    statistics.setdefault(source, []).extend(
+                        _aggregators(table, self.context.devices, self.context.collection_start_ns)
+                    )
+        self.router = router = Router(self.outputs, self.window, statistics)
+        pipeline, streams = self.planner.pipeline(sorted(tables))
+        clock = _Span(self.planner.collection)
+        for count, (stream, batch) in enumerate(pipeline.run(streams)):
+            router.route(stream, batch)
+            if progress is not None and count % 16 == 0:
+                progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
+        router.finish_statistics()
+
+    def commit(self) -> _PartReport:
+        """Close every output (renaming its files into place); on an error, abort them all."""
+        try:
+            paths = [path for output in self.outputs for path in output.close()]
+        except BaseException:
+            self.abort()
+            raise
+        return _PartReport(
+            paths=paths,
+            rows=dict(self.router.rows) if self.router is not None else {},
+            drops=[
+                output.drop_report
+                for output in self.outputs
+                if isinstance(output, TimelineOutput) and output.drop_report is not None
+            ],
+        )
+
+    def abort(self) -> None:
+        for output in self.outputs:
+            output.abort()
 
 
 class _Span:
@@ -474,17 +559,13 @@ def _report(
     *,
     out_dir: Path,
     devices: Sequence[int],
-    router: Router,
-    built: Sequence[Output],
+    parts: Sequence[_PartReport],
     paths: Sequence[Path],
     window: tuple[int, int] | None,
 ) -> CollectionReport:
     dropped: dict[str, int] = {}
     first = last = None
-    for output in built:
-        report: DropReport | None = output.drop_report if isinstance(output, TimelineOutput) else None
-        if report is None:
-            continue
+    for report in (drop for part in parts for drop in part.drops):
         for phase, drop in report.dropped.items():
             dropped[phase] = dropped.get(phase, 0) + drop.count
             if drop.first_ns is not None:
@@ -498,11 +579,15 @@ def _report(
     if not_decoded:
         files = {kind: count for kind, (count, _) in _by_kind(not_decoded).items()}
         log.warning(log_events.DATA_NOT_DECODED, collection=str(collection.path), files=files)
+    rows: dict[str, int] = {}
+    for part in parts:  # a table two parts read is the same table in both
+        for table, count in part.rows.items():
+            rows[table] = max(rows.get(table, 0), count)
     return CollectionReport(
         path=str(collection.path),
         output_dir=str(out_dir),
         devices=list(devices),
-        rows=dict(router.rows),
+        rows=rows,
         files=[FileReport(path=str(p), bytes=p.stat().st_size) for p in paths],
         window_ns=window,
         timeline_dropped=dropped,

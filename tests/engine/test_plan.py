@@ -9,10 +9,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import profstream
 from profstream.engine.discovery import Profile
-from profstream.engine.plan import TABLE_NAMES, Planner
+from profstream.engine.plan import TABLE_NAMES, Planner, split_work
 from profstream.engine.runtime import Pipeline
 from profstream.engine.schema import NO_ID
 from profstream.simulate import SimulationConfig, simulate
@@ -167,3 +169,62 @@ def test_a_resumed_pipeline_can_be_snapshot_and_resumed_again(run: tuple[Path, P
         before += more
         blob = resumed.snapshot()
     assert _rows(before) == whole
+
+
+def test_work_names_shared_feeds_and_operators_alike(run: tuple[Path, Path]) -> None:
+    planner = Planner(profstream.open(run[0]).collections[0], read_framework=False)
+    tasks, statistic, memory = (
+        planner.work(["tasks"]),
+        planner.work(["op_statistic"]),
+        planner.work(["memory"]),
+    )
+    assert set(tasks) < set(statistic)  # the statistic adds its own operator to the task pipeline
+    added = set(statistic) - set(tasks)
+    assert [statistic[k] for k in added] == [0]  # which takes no feed: it costs nothing
+    assert not set(tasks) & set(memory)  # GE memory shares nothing with the tasks
+    raw = run[0]
+    tracks = sum(p.stat().st_size for p in raw.rglob("host/data/*task_track.slice_*") if p.suffix != ".done")
+    assert tasks["feed task_track"] == tracks > 0
+    assert memory["feed task_memory_info"] == memory["op Memory -> memory,memory_record"] > 0
+
+
+def test_split_work_keeps_shared_pipelines_together_and_moves_the_rest() -> None:
+    chain = {"feed log": 500, "op pair": 500, "feed launches": 300, "op join": 300}
+    works = [
+        chain | {"op summary rows": 0},  # op_summary
+        chain | {"op statistic": 0},  # op_statistic: same pipeline
+        {"feed memory": 200, "op memory": 200},  # independent
+        {"feed steps": 5, "op steps": 5},  # small and independent
+        {"feed log": 500, "op pair": 500, "op wait": 40},  # shares most of the chain
+    ]
+    assert split_work(works, 1) == [[0, 1, 2, 3, 4]]
+    assert split_work(works, 2) == [[0, 1, 4], [2, 3]]
+    assert split_work(works, 2, min_part=500) == [[0, 1, 2, 3, 4]]  # memory (400) alone is too small
+    assert split_work(works, 4) == [[0, 1, 4], [2, 3]]  # a third process would not be shorter
+
+
+def test_split_work_runs_a_pipeline_twice_only_when_that_pays() -> None:
+    shared = {"feed big": 1000, "op big": 1000}
+    works = [shared | {"op a": 10}, shared | {"op b": 10}]
+    assert split_work(works, 2) == [[0, 1]]  # a second copy of the big pipeline saves 10
+    costly = [shared | {"op a": 3000}, shared | {"op b": 3000}]
+    assert sorted(split_work(costly, 2)) == [[0], [1]]  # it saves more than it costs
+
+
+#: a cost per key, and outputs that each need some of the keys (a key costs the same wherever it is)
+_WORKS = st.dictionaries(st.sampled_from("abcdefgh"), st.integers(0, 1000), min_size=1).flatmap(
+    lambda costs: st.lists(
+        st.sets(st.sampled_from(sorted(costs))).map(lambda keys: {k: costs[k] for k in keys}),
+        min_size=1,
+        max_size=9,
+    )
+)
+
+
+@given(_WORKS, st.integers(1, 4))
+def test_split_work_is_a_partition_costliest_group_first(works: list[dict[str, int]], parts: int) -> None:
+    groups = split_work(works, parts)
+    assert 1 <= len(groups) <= parts
+    assert sorted(i for group in groups for i in group) == list(range(len(works)))
+    costs = [sum({k: v for i in group for k, v in works[i].items()}.values()) for group in groups]
+    assert costs == sorted(costs, reverse=True)

@@ -30,7 +30,7 @@ the 60000/60001 step markers, else model iterations.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,10 +180,7 @@ class Planner:
 
     def feed_streams(self) -> dict[str, list[Stream]]:
         """Every feed the plan can open and the streams it reads, in its order (what positions index)."""
-        return {
-            name: self.feedset.streams(spec.data_dir, spec.family, spec.aging)
-            for name, spec in self._feeds.items()
-        }
+        return {name: self._streams_of(name) for name in self._feeds}
 
     def _open_feed(self, name: str) -> Feed:
         spec = self._feeds[name]
@@ -301,6 +298,34 @@ class Planner:
 
     def pipeline(self, tables: Iterable[str]) -> tuple[Pipeline, list[str]]:
         """A pipeline producing ``tables`` and the streams of them it actually produces."""
+        kept, feeds, wanted = self._needed(tables)
+        # leaders first, then by name: a set iterates in hash order, which differs from run to run
+        ordered = sorted(feeds, key=lambda n: (self._feeds[n].follows is not None, n))
+        return Pipeline([self._open_feed(n) for n in ordered], kept, advance_bytes=self.advance_bytes), wanted
+
+    def work(self, tables: Iterable[str]) -> dict[str, int]:
+        """What producing ``tables`` costs, to split an export across processes: every feed read and
+        every operator run, in raw bytes (an operator's: those of the feeds it takes directly, as the
+        operators that do the heavy work, pairing and joins, take the big feeds; those that only take
+        derived streams, statistics, cost nothing). Keys name the feed or operator, so the work two
+        table sets share has the same keys in both."""
+        kept, feeds, _ = self._needed(tables)
+        size = {name: sum(self._bytes(s) for s in self._streams_of(name)) for name in feeds}
+        work = {f"feed {name}": bytes_ for name, bytes_ in size.items()}
+        for op in kept:
+            work[f"op {type(op).__name__} -> {','.join(op.outputs)}"] = sum(size.get(i, 0) for i in op.inputs)
+        return work
+
+    def _streams_of(self, feed: str) -> list[Stream]:
+        spec = self._feeds[feed]
+        return self.feedset.streams(spec.data_dir, spec.family, spec.aging)
+
+    @staticmethod
+    def _bytes(stream: Stream) -> int:
+        return sum(f.path.stat().st_size for f in stream.files)
+
+    def _needed(self, tables: Iterable[str]) -> tuple[list[Operator], set[str], list[str]]:
+        """The operators and feeds ``tables`` need, and the wanted streams the plan can produce."""
         operators = self._operators()
         producer = {name: op for op in operators for name in op.outputs}
         wanted = [s for s in self.streams(tables) if s in producer]
@@ -320,7 +345,45 @@ class Planner:
                 continue
             needed[id(op)] = op
             todo += list(op.inputs)
-        kept = [op for op in operators if id(op) in needed]
-        # leaders first, then by name: a set iterates in hash order, which differs from run to run
-        ordered = sorted(feeds, key=lambda n: (self._feeds[n].follows is not None, n))
-        return Pipeline([self._open_feed(n) for n in ordered], kept, advance_bytes=self.advance_bytes), wanted
+        return [op for op in operators if id(op) in needed], feeds, wanted
+
+
+def split_work(works: Sequence[Mapping[str, int]], parts: int, *, min_part: int = 0) -> list[list[int]]:
+    """The indices of ``works`` (what each output costs, :meth:`Planner.work`) in at most ``parts``
+    groups, the costliest group first, each group to run in a process of its own.
+
+    A group costs the sum of its distinct keys: work two outputs share is done once in a group, and
+    once more in every other group that needs it. On ``parts`` cores the groups take at least as long
+    as the costliest one and at least their total cost over ``parts``; greedily, costliest output
+    first, each output joins the group (or opens a new one) where the sum of those two bounds ends
+    up least, and on a tie the group it adds least to. So outputs that share a pipeline stay
+    together, and a pipeline is run twice only when that shortens the costliest group by more than
+    the extra work. A new group opens only for an output that costs at least ``min_part`` alone.
+    """
+    groups: list[dict[str, int]] = []
+    members: list[list[int]] = []
+    for index in sorted(range(len(works)), key=lambda i: -sum(works[i].values())):
+        work = works[index]
+        options = (
+            [*groups, {}]
+            if len(groups) < parts and (not groups or sum(work.values()) >= min_part)
+            else groups
+        )
+        chosen = min(range(len(options)), key=lambda g: _outcome(options, g, work, parts))
+        if chosen == len(groups):
+            groups.append({})
+            members.append([])
+        groups[chosen].update(work)
+        members[chosen].append(index)
+    order = sorted(range(len(groups)), key=lambda g: -sum(groups[g].values()))
+    return [sorted(members[g]) for g in order]
+
+
+def _outcome(
+    groups: Sequence[Mapping[str, int]], chosen: int, work: Mapping[str, int], parts: int
+) -> tuple[float, int, int]:
+    """How good it is for ``work`` to join group ``chosen`` (less is better; see :func:`split_work`)."""
+    costs = [sum(group.values()) for group in groups]
+    after = sum({**groups[chosen], **work}.values())
+    costs_after = [after if g == chosen else cost for g, cost in enumerate(costs)]
+    return max(costs_after) + sum(costs_after) / parts, after - costs[chosen], chosen

@@ -1,0 +1,176 @@
+"""Parts of one export run in forked worker processes and committed together (two-phase).
+
+An export whose outputs fall into independent groups (plan.split_work) runs the largest group in
+the calling process and each other group in a child forked from it. A child inherits the opened
+collection and the built outputs, runs its group's pipeline, and then waits: it commits (closes its
+outputs, renaming their files into place) only when the parent says every part ran, and removes its
+temporary files otherwise, so a failed export leaves no finished-looking file from any part. Only
+small things cross the pipe: the word to commit or abort, and what the part reports back (paths,
+row counts, drop reports), or the error it raised, which the parent raises again as its own.
+
+Fork, not spawn: the child starts with everything imported and the collection already read, so a
+part costs no start-up. Where fork is not available, or in a daemonic process (a Dask worker, which
+may not have children), the export runs every group in one process instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import signal
+import warnings
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Generic, TypeVar
+
+from profstream.errors import ProfstreamError
+
+T = TypeVar("T")
+
+#: how often a child waiting for the parent's word checks that the parent is still alive (seconds)
+_PARENT_CHECK_S = 1.0
+_RAN, _COMMITTED, _FAILED = "ran", "committed", "failed"
+_COMMIT, _ABORT = "commit", "abort"
+
+
+class WorkerError(ProfstreamError, RuntimeError):
+    """A worker process died without saying why (killed, out of memory)."""
+
+
+def can_fork() -> bool:
+    """Whether this process may fork workers: fork exists and this is not a daemonic process."""
+    return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling, else a :class:`ProfstreamError` with its text."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # any pickling failure: send the text instead
+        return ProfstreamError(f"{type(error).__name__}: {error}")
+    return error
+
+
+def _wait_for_word(conn: Connection, parent: int) -> str:
+    """The parent's word; abort when it closed the pipe or died (its pid is no longer our parent)."""
+    while not conn.poll(_PARENT_CHECK_S):
+        if os.getppid() != parent:
+            return _ABORT
+    try:
+        word: str = conn.recv()
+    except EOFError:
+        return _ABORT
+    return word
+
+
+def _stop(signum: int, _frame: object) -> None:
+    msg = f"stopped by signal {signum}"
+    raise SystemExit(msg)
+
+
+def _child(
+    conn: Connection,
+    parent: int,
+    run: Callable[[], None],
+    commit: Callable[[], Any],
+    abort: Callable[[], None],
+) -> None:
+    # Ctrl+C reaches the parent too, which stops its children with SIGTERM; SIGTERM stops the run
+    # with an exception, so the part removes its files before it exits
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        run()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # from here on the parent's word decides
+    except BaseException as error:  # every failure goes back to the parent
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nothing interrupts the clean-up
+        abort()
+        conn.send((_FAILED, _portable(error)))
+        return
+    conn.send((_RAN, None))
+    if _wait_for_word(conn, parent) != _COMMIT:
+        abort()
+        return
+    try:
+        result = commit()
+    except BaseException as error:
+        abort()
+        conn.send((_FAILED, _portable(error)))
+        return
+    conn.send((_COMMITTED, result))
+
+
+class Worker(Generic[T]):
+    """One part in a forked child: ``run`` there at once, then ``commit`` (its result comes back) or
+    ``abort`` on the parent's word."""
+
+    def __init__(
+        self,
+        name: str,
+        run: Callable[[], None],
+        commit: Callable[[], T],
+        abort: Callable[[], None],
+    ) -> None:
+        context = multiprocessing.get_context("fork")
+        self._conn, child_end = context.Pipe()
+        self._process = context.Process(
+            target=_child, args=(child_end, os.getpid(), run, commit, abort), name=name, daemon=True
+        )
+        with warnings.catch_warnings():
+            # Python 3.12+ warns when a process with threads forks; ours are Arrow's thread pools,
+            # which Arrow re-creates in the child (its at-fork handlers, apache/arrow#2363, #14594)
+            warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
+            self._process.start()
+        child_end.close()
+        self._ran = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def _receive(self, expected: str) -> Any:
+        try:
+            kind, value = self._conn.recv()
+        except EOFError:
+            self._process.join()
+            code = self._process.exitcode
+            msg = f"export worker {self._process.name} (pid {self.pid}) exited with code {code}"
+            raise WorkerError(msg) from None
+        if kind == _FAILED:
+            self._process.join()
+            raise value
+        if kind != expected:
+            msg = f"export worker {self._process.name} sent {kind!r}, expected {expected!r}"
+            raise WorkerError(msg)
+        return value
+
+    def wait_ran(self) -> None:
+        """Wait until the part has run; raise what it raised (it has then removed its files)."""
+        if not self._ran:
+            self._receive(_RAN)
+            self._ran = True
+
+    def commit(self) -> None:
+        """Tell a part that ran to commit (:meth:`result` waits for it)."""
+        self.wait_ran()
+        self._conn.send(_COMMIT)
+
+    def result(self) -> T:
+        """What the part's commit returned; raise what it raised (it has then removed its files)."""
+        result: T = self._receive(_COMMITTED)
+        self._process.join()
+        self._conn.close()
+        return result
+
+    def abort(self) -> None:
+        """Tell the part to remove its files (if it still runs, it stops at once) and wait for it."""
+        if self._conn.closed:  # it committed, or was aborted already
+            return
+        if not self._ran:
+            self._process.terminate()  # stops the run; the child then removes its files (_child)
+        with contextlib.suppress(OSError):  # it has exited already
+            self._conn.send(_ABORT)
+        self._process.join()
+        self._conn.close()

@@ -1,0 +1,100 @@
+"""An export split across worker processes: the same files as one process, and failures in any part
+leave nothing behind (profstream/workers.py, plan.split_work)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profstream import export as export_module
+from profstream.config import ExportSettings
+from profstream.errors import DecodeError
+from profstream.export import ExportReport, export
+from profstream.workers import Worker
+
+from .conftest import Run
+
+
+@pytest.fixture
+def workers(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """The pid of every worker an export starts; any group of outputs, however small, may get one."""
+    monkeypatch.setattr(export_module, "MIN_PART_WORK", 0)
+    started: list[int | None] = []
+
+    class Recorded(Worker[Any]):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            started.append(self.pid)
+
+    monkeypatch.setattr(export_module, "Worker", Recorded)
+    return started
+
+
+def _files(report: ExportReport) -> dict[str, bytes]:
+    """The written files by name (the export's timestamp left out) and their bytes."""
+    paths = [Path(f.path) for c in report.collections for f in c.files]
+    return {re.sub(r"_\d{14}", "", p.name): p.read_bytes() for p in paths}
+
+
+@pytest.mark.parametrize(
+    ("layout", "kind"), [("msprof", "summary"), ("msprof", "both"), ("torch_npu", "both")]
+)
+def test_worker_processes_write_what_one_process_writes(
+    torch_run: Run, tmp_path: Path, workers: list[int | None], layout: str, kind: str
+) -> None:
+    def run(processes: int, out: Path) -> ExportReport:
+        settings = ExportSettings(processes=processes)
+        return export(torch_run.raw, kind=kind, layout=layout, output=out, settings=settings)  # type: ignore[arg-type]
+
+    alone = run(1, tmp_path / "one")
+    assert not workers
+    split = run(2, tmp_path / "two")
+    if layout == "msprof":  # its memory and step outputs share no pipeline with the task outputs
+        assert len(workers) == 1
+    assert _files(split) == _files(alone)
+    assert split.collections[0].rows == alone.collections[0].rows
+    assert not [p for p in (tmp_path / "two").rglob(".*")]  # no spool or temporary file left
+
+
+def _corrupted(run: Run, tmp_path: Path, pattern: str) -> tuple[Path, Path]:
+    """A copy of ``run`` whose largest file matching ``pattern`` has a record with a bad magic number."""
+    raw = tmp_path / "raw"
+    shutil.copytree(run.raw, raw)
+    victim = max(raw.rglob(pattern), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[0:2] = b"\xff\xff"
+    victim.write_bytes(bytes(data))
+    return raw, victim
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "host/data/*task_memory_info.slice_*[0-9]",  # read by the worker (memory outputs)
+        "host/data/*task_track.slice_*[0-9]",  # read by the parent (task outputs)
+    ],
+)
+def test_a_corrupt_record_in_any_part_fails_the_export_and_leaves_no_file(
+    torch_run: Run, tmp_path: Path, workers: list[int | None], pattern: str
+) -> None:
+    raw, victim = _corrupted(torch_run, tmp_path, pattern)
+    out = tmp_path / "out"
+    with pytest.raises(DecodeError, match=re.escape(victim.name)) as raised:
+        export(raw, kind="summary", output=out, settings=ExportSettings(processes=2))
+    assert raised.value.offset == 0
+    assert len(workers) == 1
+    assert not [p for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in out.rglob(".spool-*")]
+
+
+def test_processes_1_or_a_daemonic_process_forks_nothing(
+    torch_run: Run, tmp_path: Path, workers: list[int | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    export(torch_run.raw, kind="summary", output=tmp_path / "a", settings=ExportSettings(processes=1))
+    monkeypatch.setattr(export_module, "can_fork", lambda: False)  # as in a Dask worker
+    export(torch_run.raw, kind="summary", output=tmp_path / "b", settings=ExportSettings(processes=2))
+    assert not workers

@@ -1,0 +1,121 @@
+"""Forked worker parts: run, then commit or abort on the parent's word; every failure comes back."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from profstream.errors import DecodeError, ProfstreamError
+from profstream.workers import Worker, WorkerError, can_fork
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="needs fork")
+
+
+class Part:
+    """A part that leaves marker files: what ran, committed or aborted in the child."""
+
+    def __init__(self, root: Path, *, fail: BaseException | None = None, seconds: float = 0.0) -> None:
+        self.root = root
+        self.fail = fail
+        self.seconds = seconds
+
+    def run(self) -> None:
+        (self.root / "ran").touch()
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.fail is not None:
+            raise self.fail
+        (self.root / "finished").touch()
+
+    def commit(self) -> dict[str, int]:
+        (self.root / "committed").touch()
+        return {"pid": os.getpid()}
+
+    def abort(self) -> None:
+        (self.root / "aborted").touch()
+
+    def worker(self) -> Worker[dict[str, int]]:
+        return Worker("test-part", self.run, self.commit, self.abort)
+
+    def marks(self) -> set[str]:
+        return {p.name for p in self.root.iterdir()}
+
+
+def test_a_part_that_ran_commits_in_the_child_and_sends_its_result(tmp_path: Path) -> None:
+    part = Part(tmp_path)
+    worker = part.worker()
+    worker.wait_ran()
+    assert part.marks() == {"ran", "finished"}  # nothing is committed before the parent says so
+    worker.commit()
+    result = worker.result()
+    assert result["pid"] == worker.pid != os.getpid()
+    assert part.marks() == {"ran", "finished", "committed"}
+    worker.abort()  # after a commit: nothing to do
+    assert part.marks() == {"ran", "finished", "committed"}
+
+
+def test_an_abort_after_the_run_removes_the_part(tmp_path: Path) -> None:
+    part = Part(tmp_path)
+    worker = part.worker()
+    worker.wait_ran()
+    worker.abort()
+    assert part.marks() == {"ran", "finished", "aborted"}
+
+
+def test_a_failed_run_aborts_in_the_child_and_raises_its_error_in_the_parent(tmp_path: Path) -> None:
+    error = DecodeError("bad magic", path="x/hwts.data.0.slice_0", offset=64, record_index=1)
+    part = Part(tmp_path, fail=error)
+    worker = part.worker()
+    with pytest.raises(DecodeError, match="bad magic") as raised:
+        worker.wait_ran()
+    assert (raised.value.path, raised.value.offset, raised.value.record_index) == (error.path, 64, 1)
+    worker.abort()
+    assert part.marks() == {"ran", "aborted"}
+
+
+def test_an_error_that_cannot_be_pickled_comes_back_as_its_text(tmp_path: Path) -> None:
+    class LocalError(Exception):  # a class pickle cannot find by name
+        pass
+
+    worker = Part(tmp_path, fail=LocalError("lost in transit")).worker()
+    with pytest.raises(ProfstreamError, match="LocalError: lost in transit"):
+        worker.wait_ran()
+
+
+def test_aborting_a_running_part_stops_it_and_it_cleans_up(tmp_path: Path) -> None:
+    part = Part(tmp_path, seconds=600)
+    worker = part.worker()
+    while "ran" not in part.marks():
+        time.sleep(0.01)
+    worker.abort()
+    assert part.marks() == {"ran", "aborted"}  # stopped, not finished: the abort did not wait for it
+
+
+def test_a_child_that_dies_is_an_error_naming_its_exit_code(tmp_path: Path) -> None:
+    def die() -> None:
+        os._exit(3)
+
+    worker: Worker[None] = Worker("dying", die, lambda: None, lambda: None)
+    with pytest.raises(WorkerError, match="exited with code 3"):
+        worker.wait_ran()
+
+
+def test_a_child_waiting_for_a_parent_that_died_aborts(tmp_path: Path) -> None:
+    """The parent is itself a forked process that exits without a word: its part must abort."""
+    part = Part(tmp_path)
+    parent = os.fork()
+    if parent == 0:  # the parent that dies
+        try:
+            part.worker().wait_ran()
+        finally:
+            os._exit(0)  # no commit, no abort
+    os.waitpid(parent, 0)
+    for _ in range(600):  # it checks for its parent every second
+        if "aborted" in part.marks():
+            break
+        time.sleep(0.05)
+    assert part.marks() == {"ran", "finished", "aborted"}
