@@ -92,6 +92,10 @@ class Operator(abc.ABC):
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         """Take one batch of input ``stream``; emit nothing yet."""
 
+    def unknown_input(self, stream: str) -> KeyError:
+        """The error :meth:`push` raises for a stream that is not one of :attr:`inputs`."""
+        return KeyError(f"{type(self).__name__} does not read {stream!r}")
+
     @abc.abstractmethod
     def advance(self, watermark: int) -> list[Emit]:
         """Emit what is final once no input will deliver a time below ``watermark``."""

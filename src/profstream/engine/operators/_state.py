@@ -174,8 +174,7 @@ class RowByRow(Operator):
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         if stream not in self.inputs:
-            msg = f"{type(self).__name__} does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
         if batch.num_rows == 0:
             return
         out = self.rows(batch)

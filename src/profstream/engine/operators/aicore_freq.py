@@ -55,8 +55,7 @@ class AicoreFreq(Operator):
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         if stream not in self.inputs:
-            msg = f"AicoreFreq does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
         if not batch.num_rows:
             return
         times, freqs = ints(batch.column("time_ns")), ints(batch.column("freq_mhz"))

@@ -240,8 +240,7 @@ class CommAnalysis(Operator):
         elif stream == self._tasks_in:
             self._tasks.append(batch)
         else:
-            msg = f"CommAnalysis does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
 
     def advance(self, watermark: int) -> list[Emit]:
         if not self._ops:

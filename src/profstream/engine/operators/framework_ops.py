@@ -235,8 +235,7 @@ class FrameworkOps(Operator):
         elif stream in self._tasks_streams:
             self._add_tasks(batch)
         else:
-            msg = f"FrameworkOps does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
 
     def advance(self, watermark: int) -> list[Emit]:
         self._reach.advance(watermark)

@@ -84,8 +84,7 @@ class HbmBandwidth(Operator):
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         if stream not in self.inputs:
-            msg = f"HbmBandwidth does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
         if not batch.num_rows:
             return
         write = (ints(batch.column("event")) != EVENT_READ).astype(np.int64)

@@ -275,8 +275,7 @@ class Memory(Operator):
         elif stream in self._app_streams:
             self._add_app(batch, self._app_streams[stream])
         else:
-            msg = f"Memory does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
 
     def advance(self, watermark: int) -> list[Emit]:
         until = horizon(watermark, self.lag)

@@ -99,8 +99,7 @@ class OperatorDetails(Operator):
         elif stream in self._task_streams:
             self._inbox["tasks"].append(batch)
         else:
-            msg = f"OperatorDetails does not read {stream!r}"
-            raise KeyError(msg)
+            raise self.unknown_input(stream)
 
     def advance(self, watermark: int) -> list[Emit]:
         for batch in self._inbox["ops"]:
