@@ -6,10 +6,11 @@ import os
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from profstream.errors import DecodeError, ProfstreamError
-from profstream.workers import Worker, WorkerError, can_fork
+from profstream.workers import BatchPipe, Worker, WorkerError, can_fork
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="needs fork")
 
@@ -119,3 +120,82 @@ def test_a_child_waiting_for_a_parent_that_died_aborts(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     assert part.marks() == {"ran", "finished", "aborted"}
+
+
+def _batches() -> list[tuple[str, pa.RecordBatch]]:
+    """Batches of two schemas; the dictionaries differ from batch to batch, as operators emit them."""
+    return [
+        (
+            f"tasks@{i % 2}",
+            pa.record_batch(
+                {"n": pa.array(range(i, i + 3)), "s": pa.array([f"x{i}"] * 3).dictionary_encode()}
+            ),
+        )
+        if i % 3
+        else ("api", pa.record_batch({"t": pa.array([float(i)]), "name": pa.array([None], pa.string())}))
+        for i in range(12)
+    ]
+
+
+def test_a_batch_pipe_delivers_every_batch_in_order_to_its_worker(tmp_path: Path) -> None:
+    sent = _batches()
+    pipe = BatchPipe()
+    received: list[tuple[str, pa.RecordBatch]] = []
+
+    def run() -> None:
+        received.extend(pipe.received())
+
+    def commit() -> list[tuple[str, bytes]]:
+        return [(name, _ipc(batch)) for name, batch in received]
+
+    worker = Worker("test-writer", run, commit, lambda: None)
+    pipe.forked()
+    for name, batch in sent:
+        pipe.send(name, batch)
+    pipe.close()
+    worker.wait_ran()
+    worker.commit()
+    got = worker.result()
+    assert [name for name, _ in got] == [name for name, _ in sent]
+    for (_, blob), (_, batch) in zip(got, sent, strict=True):
+        assert pa.ipc.open_stream(blob).read_next_batch().equals(batch)
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as stream:
+        stream.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_batch_pipe_whose_worker_failed_breaks_and_the_worker_says_why() -> None:
+    pipe = BatchPipe()
+
+    def run() -> None:
+        for _ in pipe.received():
+            msg = "bad record"
+            raise DecodeError(msg, path="hwts.data", offset=64)
+
+    worker = Worker("test-writer", run, lambda: None, lambda: None)
+    pipe.forked()
+    big = pa.record_batch({"n": pa.array(range(1 << 20))})  # 8 MiB: more than the pipe holds
+    with pytest.raises(BrokenPipeError):
+        for _ in range(8):
+            pipe.send("tasks@0", big)
+    with pytest.raises(DecodeError, match="bad record") as raised:
+        worker.wait_ran()
+    assert raised.value.offset == 64
+
+
+def test_a_worker_reading_a_pipe_whose_sender_died_fails_with_eof() -> None:
+    pipe = BatchPipe()
+
+    def run() -> None:
+        list(pipe.received())
+
+    worker = Worker("test-writer", run, lambda: None, lambda: None)
+    pipe.forked()
+    pipe.send("tasks@0", pa.record_batch({"n": pa.array([1])}))
+    pipe._writer.close()  # the sender's end goes away without the end marker, as when it dies
+    with pytest.raises(EOFError):
+        worker.wait_ran()

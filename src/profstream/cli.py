@@ -139,7 +139,7 @@ def _export_arguments(parser: argparse.ArgumentParser, *, summary: bool) -> None
         "--processes",
         type=_int_in(0, None, "--processes"),
         metavar="N",
-        help="processes for output groups that share no pipeline (default 0: one per core; 1: one process)",
+        help="pipelines for output groups sharing none, and a writer (default 0: one per core; 1: one)",
     )
 
 

@@ -7,8 +7,10 @@ succeeds; on any error every output is aborted, so no partial file is left looki
 
 Outputs whose pipelines share little (in the msprof layout, GE memory and step trace beside the task
 tables) are split into groups (``plan.split_work``, by the raw bytes each group's feeds and operators
-take), up to ``processes`` (``[export]``, ``--processes``; 0: one per core). The costliest group runs
-here, each other one in a forked worker (:mod:`profstream.workers`), and all commit together.
+take), up to ``processes`` (``[export]``, ``--processes``; 0: one per core). The costliest group's
+pipeline runs here and sends its batches to a forked writer that renders and writes that group's
+outputs (a :class:`~profstream.workers.BatchPipe`); each other group runs in a forked worker of its
+own (:mod:`profstream.workers`), and all commit together. With ``processes`` 1 everything runs here.
 
 ``--model-id/--iteration-id`` (msprof_outputs.md §4b): the iterations are read first (a small
 pipeline of the step tables); the window is from the end of the last iteration (of any model) that
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -53,20 +55,24 @@ from profstream.engine.layouts import (
 from profstream.engine.layouts.msprof import write_readme
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
+from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import Planner, split_work
-from profstream.engine.runtime import ADVANCE_BYTES, Operator
+from profstream.engine.runtime import ADVANCE_BYTES, Emit, Operator
 from profstream.engine.schema import NO_ID
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
 from profstream.sinks.csv import CSV_LIMIT
-from profstream.workers import Worker, can_fork
+from profstream.workers import BatchPipe, Worker, can_fork
 
 #: msprof's STEP_EXPORT model id
 STEP_MODEL_ID = NO_ID
+#: output streams that merge canonical tables, and those tables (task rows, then op rows)
+MERGED_FROM = {"task_rows": ("tasks", "comm")}
 #: the time column of each table the window filters (statistics are recomputed instead)
 TIME_OF = {
     "tasks": "start_ns",
+    "task_rows": "start_ns",
     "api": "start_ns",
     "ops": "start_ns",
     "flows": "src_ns",
@@ -196,7 +202,9 @@ class Router:
         for output in self.outputs:
             for table in output.tables:
                 self._by_table.setdefault(table, []).append(output)
-                self.rows.setdefault(table, 0)  # a table read but empty counts 0 rows
+        for table in self._by_table:  # a table read but empty counts 0 rows
+            for counted in MERGED_FROM.get(table, (table,)):
+                self.rows.setdefault(counted, 0)
 
     def route(self, stream: str, batch: pa.RecordBatch) -> None:
         table = stream.partition("@")[0]
@@ -205,7 +213,7 @@ class Router:
             times = batch.column(TIME_OF[table])
             inside = pc.and_(pc.greater_equal(times, low), pc.less_equal(times, high))
             batch = batch.filter(pc.fill_null(inside, True))
-        self.rows[table] = self.rows.get(table, 0) + batch.num_rows
+        self._count(table, batch)
         if not batch.num_rows:
             return
         for op in self.statistics.get(table, ()):
@@ -213,6 +221,17 @@ class Router:
                 op.push(stream, batch)
         for output in self._by_table.get(table, ()):
             output.write(table, batch)
+
+    def _count(self, table: str, batch: pa.RecordBatch) -> None:
+        """Rows per canonical table; op_summary's merged rows count as the tasks and communication
+        ops they are, unless those tables are routed themselves."""
+        if table not in MERGED_FROM:
+            self.rows[table] = self.rows.get(table, 0) + batch.num_rows
+            return
+        ops = pc.sum(is_op_row(batch)).as_py() or 0
+        for counted, count in zip(MERGED_FROM[table], (batch.num_rows - ops, ops), strict=True):
+            if counted not in self._by_table:
+                self.rows[counted] = self.rows.get(counted, 0) + count
 
     def finish_statistics(self) -> None:
         for ops in self.statistics.values():
@@ -350,22 +369,25 @@ def _export_one(
         advance_bytes=advance_bytes,
         read_framework=layout != "msprof",
     )
-    parts = [_Part(planner, group, window, context) for group in _groups(planner, built, window, settings)]
+    processes = _processes(settings)
+    parts = [_Part(planner, group, window, context) for group in _groups(planner, built, window, processes)]
     workers: list[Worker[_PartReport]] = []
+    pipe: BatchPipe | None = None
     try:
         for number, part in enumerate(parts[1:], 1):
-            workers.append(Worker(f"export-part-{number}", part.run, part.commit, part.abort))
-            log_events.get_logger(component="export").info(
-                log_events.EXPORT_PART_STARTED,
-                pid=workers[-1].pid,
-                tables=sorted({t for output in part.outputs for t in output.tables}),
-            )
-        parts[0].run(progress)
+            workers.append(_start(f"export-part-{number}", part, part.run))
+        if processes > 1:  # the first part's outputs are written by a worker too, fed through a pipe
+            pipe = to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
+            workers.insert(0, _start("export-writer", parts[0], lambda: parts[0].route(to_writer.received())))
+            to_writer.forked()
+            _send(parts[0].emits(progress), to_writer, workers[0])
+        else:
+            parts[0].run(progress)
         for worker in workers:
             worker.wait_ran()
         for worker in workers:
             worker.commit()
-        done = [parts[0].commit()] + [worker.result() for worker in workers]
+        done = ([] if pipe else [parts[0].commit()]) + [worker.result() for worker in workers]
     except BaseException:
         for worker in workers:
             worker.abort()
@@ -393,16 +415,43 @@ def _export_one(
 MIN_PART_WORK = 16 << 20
 
 
+def _processes(settings: ExportSettings) -> int:
+    """How many processes an export may use (1 where it may not fork)."""
+    return (settings.processes or os.cpu_count() or 1) if can_fork() else 1
+
+
 def _groups(
-    planner: Planner, built: Sequence[Output], window: tuple[int, int] | None, settings: ExportSettings
+    planner: Planner, built: Sequence[Output], window: tuple[int, int] | None, processes: int
 ) -> list[list[Output]]:
-    """``built`` in groups that run in processes of their own, the costliest first (``workers``)."""
-    processes = settings.processes or os.cpu_count() or 1
-    if processes < 2 or len(built) < 2 or not can_fork():
+    """``built`` in groups that run in processes of their own, the costliest first."""
+    if processes < 2 or len(built) < 2:
         return [list(built)]
     works = [planner.work(_sources(output.tables, window)) for output in built]
     groups = split_work(works, processes, min_part=MIN_PART_WORK)
     return [[built[i] for i in group] for group in groups]
+
+
+def _start(name: str, part: _Part, run: Callable[[], None]) -> Worker[_PartReport]:
+    """``part`` in a forked worker that does ``run`` and then commits or aborts it on our word."""
+    worker = Worker(name, run, part.commit, part.abort)
+    log_events.get_logger(component="export").info(
+        log_events.EXPORT_PART_STARTED,
+        worker=name,
+        pid=worker.pid,
+        tables=sorted({t for output in part.outputs for t in output.tables}),
+    )
+    return worker
+
+
+def _send(emits: Iterable[Emit], pipe: BatchPipe, writer: Worker[_PartReport]) -> None:
+    """Every batch of ``emits`` to ``writer``; a writer that failed raises its own error here."""
+    try:
+        for stream, batch in emits:
+            pipe.send(stream, batch)
+        pipe.close()
+    except BrokenPipeError:  # the writer exited: it sent why
+        writer.wait_ran()
+        raise
 
 
 def _sources(tables: Iterable[str], window: tuple[int, int] | None) -> set[str]:
@@ -430,7 +479,20 @@ class _Part:
     router: Router | None = None
 
     def run(self, progress: Progress | None = None) -> None:
+        self.route(self.emits(progress))
+
+    def emits(self, progress: Progress | None = None) -> Iterator[Emit]:
+        """The batches of the tables the outputs read, from one pipeline over the collection."""
         tables = _sources((t for output in self.outputs for t in output.tables), self.window)
+        pipeline, streams = self.planner.pipeline(sorted(tables))
+        clock = _Span(self.planner.collection)
+        for count, emit in enumerate(pipeline.run(streams)):
+            yield emit
+            if progress is not None and count % 16 == 0:
+                progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
+
+    def route(self, emits: Iterable[Emit]) -> None:
+        """Route ``emits`` to the outputs (statistics recomputed under a window)."""
         statistics: dict[str, list[Operator]] = {}
         if self.window is not None:
             for table, source in RECOMPUTED.items():
@@ -439,12 +501,8 @@ class _Part:
                         _aggregators(table, self.context.devices, self.context.collection_start_ns)
                     )
         self.router = router = Router(self.outputs, self.window, statistics)
-        pipeline, streams = self.planner.pipeline(sorted(tables))
-        clock = _Span(self.planner.collection)
-        for count, (stream, batch) in enumerate(pipeline.run(streams)):
+        for stream, batch in emits:
             router.route(stream, batch)
-            if progress is not None and count % 16 == 0:
-                progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
         router.finish_statistics()
 
     def commit(self) -> _PartReport:

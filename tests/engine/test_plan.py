@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import profstream
 from profstream.engine.discovery import Profile
-from profstream.engine.plan import TABLE_NAMES, Planner, split_work
+from profstream.engine.operators.task_rows import is_op_row
+from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner, split_work
 from profstream.engine.runtime import Pipeline
 from profstream.engine.schema import NO_ID
 from profstream.simulate import SimulationConfig, simulate
@@ -109,10 +110,39 @@ def _uninterrupted(
 ) -> tuple[Profile, list[str], dict[str, list[dict[str, object]]], int]:
     """Every table of the run's collection in one uninterrupted pipeline: its rows and step count."""
     collection = profstream.open(run[0]).collections[0]
-    tables = list(TABLE_NAMES)
+    tables = [*TABLE_NAMES, *OUTPUT_STREAMS]
     pipeline, wanted = Planner(collection, chunk_bytes=4096).pipeline(tables)
     emits, count = _drain(pipeline, wanted)
     return collection, tables, _rows(emits), count
+
+
+def test_task_rows_are_the_tasks_then_the_communication_ops_in_start_order(run: tuple[Path, Path]) -> None:
+    """op_summary's merged stream: every task in its order and every comm op, sorted by start."""
+    collection = profstream.open(run[0]).collections[0]
+    pipeline, wanted = Planner(collection, chunk_bytes=4096).pipeline(["tasks", "comm", "task_rows"])
+    emitted: dict[str, list[pa.RecordBatch]] = {}
+    for stream, batch in pipeline.run(wanted):
+        emitted.setdefault(stream, []).append(batch)
+    devices = sorted({s.partition("@")[2] for s in wanted})
+    assert devices
+    for device in devices:
+        merged = pa.Table.from_batches(emitted[f"task_rows@{device}"]).combine_chunks()
+        tasks = pa.Table.from_batches(emitted[f"tasks@{device}"])
+        comm = pa.Table.from_batches(emitted[f"comm@{device}"])
+        starts = merged.column("start_ns").to_numpy()
+        assert (np.diff(starts) >= 0).all()
+        ops = is_op_row(merged.to_batches()[0])
+        keys = ["start_ns", "end_ns", "stream_id", "task_id", "context_id"]
+        assert merged.filter(pc.invert(ops)).select(keys) == tasks.select(keys)
+        op_rows = merged.filter(ops)
+        assert 0 < op_rows.num_rows == comm.num_rows
+        pairs = sorted(
+            zip(op_rows.column("start_ns").to_pylist(), op_rows.column("op_name").to_pylist(), strict=True)
+        )
+        want = sorted(
+            zip(comm.column("start_ns").to_pylist(), comm.column("op_name").to_pylist(), strict=True)
+        )
+        assert pairs == want
 
 
 @pytest.mark.parametrize("fraction", [0.25, 0.6])

@@ -421,11 +421,14 @@ def test_the_msprof_layout_reads_no_framework_files(torch_run: Run, tmp_path: Pa
 
 def test_communication_rows_are_merged_by_start_whatever_order_they_come_in(tmp_path: Path) -> None:
     """op_summary's communication rows arrive in settling order, several devices mixed, one device
-    with no task at all; each device's rows come out in start order, devices in order."""
+    with no task at all; each device's merger (TaskRowMerge) puts them in start order as its
+    watermark passes, and the output names them and writes devices in order."""
     import pyarrow as pa
 
     from profstream.engine.layouts._outputs import Cell, Context
     from profstream.engine.layouts.msprof import TaskRows
+    from profstream.engine.operators.task_rows import TaskRowMerge
+    from profstream.engine.runtime import DONE, at
     from profstream.engine.schema import conform, tasks_schema
 
     def tasks(device: int, starts: list[int]) -> pa.RecordBatch:
@@ -434,6 +437,7 @@ def test_communication_rows_are_merged_by_start_whatever_order_they_come_in(tmp_
             tasks_schema(),
             {
                 "device_id": pa.array([device] * n, pa.int32()),
+                "stream_id": pa.array([3] * n, pa.int32()),  # every device task has one; op rows none
                 "start_ns": pa.array(starts),
                 "end_ns": pa.array([s + 10 for s in starts]),
                 "op_name": pa.array([f"task{s}" for s in starts]),
@@ -457,12 +461,22 @@ def test_communication_rows_are_merged_by_start_whatever_order_they_come_in(tmp_
     context = Context(tmp_path, "20260101000000", 0, (0, 1, 2), [], stars=False, process_id=0)
     cells = [Cell("Device_id", "device_id"), Cell("Op Name", "op_name"), Cell("Task Type", "task_type")]
     output = TaskRows(context, "op_summary.csv", cells, label="COMMUNICATION")
-    output.write("comm", comm([(0, 350), (1, 150)]))
-    output.write("tasks", tasks(0, [100, 300]))
-    output.write("comm", comm([(0, 50), (2, 10), (0, 600)]))
-    output.write("tasks", tasks(1, [200, 400]))
-    output.write("tasks", tasks(0, [500]))
-    output.write("comm", comm([(1, 450)]))
+    mergers = {d: TaskRowMerge(d) for d in (0, 1, 2)}
+
+    def push(table: str, batch: pa.RecordBatch, watermark: int) -> None:
+        for device, merger in mergers.items():
+            rows = batch.filter(pa.compute.equal(batch.column("device_id"), device))
+            if rows.num_rows:
+                merger.push(at(table, device), rows)
+            for _, merged in merger.advance(watermark):
+                output.write("task_rows", merged)
+
+    push("comm", comm([(0, 350), (1, 150)]), 0)
+    push("tasks", tasks(0, [100, 300]), 0)
+    push("comm", comm([(0, 50), (2, 10), (0, 600)]), 320)
+    push("tasks", tasks(1, [200, 400]), 320)
+    push("tasks", tasks(0, [500]), 320)
+    push("comm", comm([(1, 450)]), DONE)
     [path] = output.close()
     assert [(r["Device_id"], r["Op Name"], r["Task Type"]) for r in rows(path)] == [
         ("0", "op50", "COMMUNICATION"),

@@ -12,6 +12,7 @@ import pytest
 
 from profstream import export as export_module
 from profstream.config import ExportSettings
+from profstream.engine.layouts.msprof import TaskRows
 from profstream.errors import DecodeError
 from profstream.export import ExportReport, export
 from profstream.workers import Worker
@@ -54,9 +55,10 @@ def test_worker_processes_write_what_one_process_writes(
     alone = run(1, tmp_path / "one")
     assert not workers
     split = run(2, tmp_path / "two")
-    # msprof: GE memory and step trace share no pipeline with the task outputs; torch_npu: npu_module_mem
-    # (tiny, but no least size here); parquet: one output writes every table's dataset
-    assert len(workers) == (0 if layout == "parquet" else 1)
+    # the writer of the first group's outputs, and a part for another group: msprof: GE memory and
+    # step trace share no pipeline with the task outputs; torch_npu: npu_module_mem (tiny, but no
+    # least size here); parquet: one output writes every table's dataset, so no other group
+    assert len(workers) == (1 if layout == "parquet" else 2)
     assert _files(split) == _files(alone)
     assert split.collections[0].rows == alone.collections[0].rows
     assert not [p for p in (tmp_path / "two").rglob(".*")]  # no spool or temporary file left
@@ -77,7 +79,7 @@ def _corrupted(run: Run, tmp_path: Path, pattern: str) -> tuple[Path, Path]:
     "pattern",
     [
         "host/data/*task_memory_info.slice_*[0-9]",  # read by the worker (memory outputs)
-        "host/data/*task_track.slice_*[0-9]",  # read by the parent (task outputs)
+        "host/data/*task_track.slice_*[0-9]",  # read by the parent (task outputs, sent to the writer)
     ],
 )
 def test_a_corrupt_record_in_any_part_fails_the_export_and_leaves_no_file(
@@ -88,7 +90,7 @@ def test_a_corrupt_record_in_any_part_fails_the_export_and_leaves_no_file(
     with pytest.raises(DecodeError, match=re.escape(victim.name)) as raised:
         export(raw, kind="summary", output=out, settings=ExportSettings(processes=2))
     assert raised.value.offset == 0
-    assert len(workers) == 1
+    assert len(workers) == 2
     assert not [p for p in out.rglob("*") if p.is_file()]
     assert not [p for p in out.rglob(".spool-*")]
 
@@ -100,3 +102,19 @@ def test_processes_1_or_a_daemonic_process_forks_nothing(
     monkeypatch.setattr(export_module, "can_fork", lambda: False)  # as in a Dask worker
     export(torch_run.raw, kind="summary", output=tmp_path / "b", settings=ExportSettings(processes=2))
     assert not workers
+
+
+def test_a_failure_in_the_writer_process_fails_the_export_and_leaves_no_file(
+    torch_run: Run, tmp_path: Path, workers: list[int | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: TaskRows, batch: Any) -> Any:
+        msg = "the writer broke"
+        raise ValueError(msg)
+
+    monkeypatch.setattr(TaskRows, "_listed", broken)  # op_summary's rows: only the writer runs it
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="the writer broke"):
+        export(torch_run.raw, kind="summary", output=out, settings=ExportSettings(processes=2))
+    assert len(workers) == 2
+    assert not [p for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in out.rglob(".spool-*")]

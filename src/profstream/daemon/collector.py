@@ -116,7 +116,7 @@ from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_t
 from profstream.engine.layouts.msprof import write_readme
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.steps import FRAMEWORK_STEPS
-from profstream.engine.plan import TABLE_NAMES, Planner
+from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Pipeline
 from profstream.engine.schema import TABLES
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
@@ -377,13 +377,16 @@ class CollectionRunner:
             positions=positions,
             follow=self.follow,
         )
-        pipeline, wanted = self.planner.pipeline(TABLE_NAMES)
+        self._plan_layout(planned)
+        # the canonical tables for the Parquet parts, and the streams the layout's outputs read
+        pipeline, wanted = self.planner.pipeline(
+            TABLE_NAMES if self.context is None else (*TABLE_NAMES, *OUTPUT_STREAMS)
+        )
         if resume is not None:
             pipeline.restore(resume.snapshot)
         self.pipeline, self.wanted = pipeline, set(wanted)
         self.planned_keys = keys
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
-        self._plan_layout(planned)
         self._resume = None
         self._frontier()
         if positions is not None:
@@ -545,7 +548,9 @@ class CollectionRunner:
         """The window's part files, one per table and partition, renamed into place."""
         tables: dict[str, list[pa.RecordBatch]] = {}
         for stream, batch in self.buffer:
-            tables.setdefault(stream.partition("@")[0], []).append(batch)
+            table = stream.partition("@")[0]
+            if table not in OUTPUT_STREAMS:
+                tables.setdefault(table, []).append(batch)
         paths: list[Path] = []
         for table, batches in tables.items():
             schema = batches[0].schema

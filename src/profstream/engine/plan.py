@@ -18,6 +18,7 @@ Graph, per device ``d`` (inputs present in the collection only):
     l2_cache (follows the task log) -> L2Cache -> l2_cache@d
     hbm|hbm_v2 -> HbmBandwidth -> hbm@d (at the end of the run)
     lpm_freq (if any) -> AicoreFreq -> aicore_freq@d (910B and 310B)
+    tasks@d, comm@d -> TaskRowMerge -> task_rows@d (op_summary's rows, for its output only)
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
@@ -52,6 +53,7 @@ from profstream.engine.operators.operator_details import OperatorDetails
 from profstream.engine.operators.overlap import Overlap, StepSource
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.steps import FrameworkSteps, Steps
+from profstream.engine.operators.task_rows import TaskRowMerge
 from profstream.engine.runtime import ADVANCE_BYTES, Feed, Operator, Pipeline, at
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import InputPathError
@@ -75,6 +77,8 @@ DEVICE_TABLES = (
     "comm_ops",
     "comm_links",
 )
+#: per-device streams made for one output, not canonical tables: op_summary's merged rows
+OUTPUT_STREAMS = ("task_rows",)
 #: canonical tables of the host and framework side
 HOST_TABLES = ("api", "ops", "flows", "memory", "memory_record", "api_statistic", "operator_details")
 TABLE_NAMES = (*DEVICE_TABLES, *HOST_TABLES)
@@ -230,6 +234,7 @@ class Planner:
                         streamed=streamed,
                     ),
                     OpStatistic(d, start_ns=starts.get(d)),
+                    TaskRowMerge(d, self.metric_columns(d), comm=self._has("api_event", "hccl_info")),
                 ]
                 if self._has("api_event", "hccl_info"):
                     ops += [
@@ -290,10 +295,11 @@ class Planner:
         """The stream names of ``tables`` in this plan (device tables once per device)."""
         names = []
         for table in tables:
-            if table not in TABLE_NAMES:
+            if table not in TABLE_NAMES and table not in OUTPUT_STREAMS:
                 msg = f"unknown table {table!r}; tables: {', '.join(TABLE_NAMES)}"
                 raise ValueError(msg)
-            names += [at(table, d) for d in self.devices] if table in DEVICE_TABLES else [table]
+            per_device = table in DEVICE_TABLES or table in OUTPUT_STREAMS
+            names += [at(table, d) for d in self.devices] if per_device else [table]
         return names
 
     def pipeline(self, tables: Iterable[str]) -> tuple[Pipeline, list[str]]:

@@ -79,7 +79,8 @@ from profstream.engine.operators.statistics import (
     TaskWaitTime,
     sub_task_parents,
 )
-from profstream.engine.schema import NO_ID, conform, tasks_schema
+from profstream.engine.operators.task_rows import is_op_row
+from profstream.engine.schema import NO_ID
 from profstream.sinks import SliceNaming, msprof_slice_names
 from profstream.sinks._base import StagedFile
 
@@ -145,7 +146,8 @@ def _context_id(batch: pa.RecordBatch) -> pa.Array:
 
 
 def op_summary_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The device tasks msprof's op_summary lists (module docstring)."""
+    """The device tasks msprof's op_summary lists (module docstring), and every communication op row
+    of a ``task_rows`` batch."""
     task_type = text(batch.column("task_type"))
     aiv_kernel = pc.and_(  # communication kernels on the AI Vector cores stay (module docstring)
         pc.is_in(task_type, pa.array(sorted(COMMUNICATION_TASK_TYPES))),
@@ -157,7 +159,7 @@ def op_summary_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
             pc.invert(pc.is_in(task_type, pa.array(EXCLUDED_TASK_TYPES))), pc.fill_null(aiv_kernel, False)
         ),
     )
-    return batch.filter(pc.fill_null(keep, True))
+    return batch.filter(pc.or_(pc.fill_null(keep, True), is_op_row(batch)))
 
 
 def communication_statistic_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -249,92 +251,28 @@ def metric_cell(name: str, header: str) -> Cell:
     return Cell(header, values)
 
 
-#: what TaskRows keeps of each communication op until close: the columns its merged row prints
-_HELD_OPS = pa.schema(
-    [
-        ("device_id", pa.int32()),
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-        ("op_name", pa.string()),
-        ("op_type", pa.string()),
-        ("model_id", pa.int64()),
-    ]
-)
-
-
 class TaskRows(SummaryOutput):
     """op_summary / kernel_details: device task rows with one row per communication op merged in.
 
     msprof lists communication once per op, not per HCCL task (§2.1 "communication rows"; the real
     kernel_details.csv in shared/realdata shows them with Task ID ``N/A`` and type ``HCCL``, Block
-    Num 0, the rest ``N/A``). Rows are spooled per device and the device's op rows are merged into
-    them by start time, so the wait time runs over both as msprof computes it. The op rows arrive in
-    settling order, not start order, so they too are spooled per device, in the six columns of
-    :data:`_HELD_OPS`; at close each device's op rows (about 60 bytes per op) are read back, sorted
-    and widened to the task schema as they are merged.
+    Num 0, the rest ``N/A``). The pipeline merges them by start time (``task_rows``,
+    :mod:`~profstream.engine.operators.task_rows`), so the wait time runs over both as msprof
+    computes it and the rows stream out as the pipeline runs; this output names the op rows' task
+    type ``label`` and keeps the task rows op_summary lists (:func:`op_summary_rows`).
     """
 
     def __init__(
         self, context: Context, name: str | SliceNaming, cells: Sequence[Cell], *, label: str, **options: Any
     ) -> None:
-        super().__init__(context, "tasks", name, cells, rows=op_summary_rows, spool=True, **options)
-        self.tables = ("tasks", "comm")
-        self._label = label
-        self._held_ops = self._side_spool("comm")
+        super().__init__(context, "task_rows", name, cells, rows=self._listed, **options)
+        self._label = pa.scalar(label)
 
-    def write(self, table: str, batch: pa.RecordBatch) -> None:
-        if table != "comm":
-            super().write(table, batch)
-            return
-        ops = pa.RecordBatch.from_arrays(
-            [batch.column(f.name).cast(f.type) for f in _HELD_OPS], schema=_HELD_OPS
-        )
-        for device, rows in split_by(ops, ops.column("device_id")):
-            self._held_ops.write(device, rows)
-
-    def _device_ops(self, device: int) -> pa.Table:
-        """The op rows of ``device`` in start order (none left spooled afterwards)."""
-        if device not in self._held_ops.pending():
-            return pa.Table.from_batches([], _HELD_OPS)
-        return pa.Table.from_batches(list(self._held_ops.read(device)), _HELD_OPS).sort_by("start_ns")
-
-    def _op_rows(self, ops: pa.Table) -> pa.RecordBatch:
-        """Op rows in the task schema: task type ``label``, Block Num 0, no task, stream or context."""
-        n = ops.num_rows
-        return conform(
-            tasks_schema(self.context.metric_columns),
-            {
-                **{name: ops.column(name).combine_chunks() for name in _HELD_OPS.names},
-                "task_type": pa.array([self._label] * n),
-                "block_dim": pa.array([0] * n, pa.int32()),
-                "context_id": pa.array([NO_ID] * n, pa.int64()),
-            },
-        )
-
-    def _replay(self) -> Iterator[pa.RecordBatch]:
-        current: int | None = None
-        ops = pa.Table.from_batches([], _HELD_OPS)
-        starts = np.empty(0, np.int64)  # of the current device's op rows
-        merged = 0  # op rows of the current device already yielded
-        for tasks in super()._replay():
-            device = tasks.column("device_id")[0].as_py()
-            if device != current:
-                if merged < ops.num_rows:
-                    yield self._op_rows(ops.slice(merged))
-                current, ops, merged = device, self._device_ops(device), 0
-                starts = ops.column("start_ns").to_numpy()
-            last = pc.max(tasks.column("start_ns")).as_py()
-            due = int(np.searchsorted(starts, last, "right")) - merged
-            if due <= 0:
-                yield tasks
-                continue
-            both = pa.Table.from_batches([tasks, self._op_rows(ops.slice(merged, due))])
-            merged += due
-            yield both.unify_dictionaries().sort_by("start_ns").combine_chunks().to_batches()[0]
-        if merged < ops.num_rows:
-            yield self._op_rows(ops.slice(merged))
-        for device in self._held_ops.pending():  # devices with communication but no task rows
-            yield self._op_rows(self._device_ops(device))
+    def _listed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        batch = op_summary_rows(batch)
+        ops = is_op_row(batch)
+        task_type = pc.if_else(ops, self._label, text(batch.column("task_type")))
+        return batch.set_column(batch.schema.get_field_index("task_type"), "task_type", task_type)
 
 
 #: what an l2_cache output keeps of a ``tasks`` row to name L2 cache rows
@@ -644,7 +582,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
         ),
         SummaryOutput(
             context,
-            "tasks",
+            "task_rows",  # op_summary's rows, its op rows left out: the writer process gets one stream
             named("task_time"),
             [
                 device,
@@ -667,7 +605,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             # msprof leaves out tasks before the collection start (TaskOpViewer.get_task_op_summary)
             rows=lambda b: b.filter(
                 pc.and_(
-                    pc.invert(sub_task_parents(b)),
+                    pc.invert(pc.or_(sub_task_parents(b), is_op_row(b))),
                     pa.array(after_collection_start(b, context.collection_start_ns)),
                 )
             ),

@@ -133,9 +133,9 @@ class KernelDetails(TaskRows):
     def __init__(self, context: Context, short: bool) -> None:
         self._wait = WaitTime(context)
         super().__init__(
-            context, "kernel_details.csv", [], label="HCCL", frame=self._frame_rows, line_end=CRLF
+            context, "kernel_details.csv", [], label="HCCL", frame=self._frame_rows, line_end=CRLF, spool=True
         )
-        self.tables = ("tasks", "comm", "framework_steps")
+        self.tables = ("task_rows", "framework_steps")
         self._short = short
         self._steps: list[pa.RecordBatch] = []
         self._device_steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
