@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
+from profstream.engine.runtime import ipc_stream
 from profstream.errors import ProfstreamError
 
 T = TypeVar("T")
@@ -207,11 +208,8 @@ class BatchPipe:
 
     def send(self, name: str, batch: pa.RecordBatch) -> None:
         """Raises BrokenPipeError when the worker has exited (it failed: ask its Worker why)."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as stream:
-            stream.write_batch(batch)
         self._writer.send_bytes(name.encode())
-        self._writer.send_bytes(sink.getvalue())
+        self._writer.send_bytes(ipc_stream(batch))
 
     def close(self) -> None:
         """Tell the worker that nothing more comes."""

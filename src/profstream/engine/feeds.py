@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
 from profstream.engine.clock import DeviceClock, FrameworkClock
-from profstream.engine.runtime import WAIT, Feed
+from profstream.engine.runtime import WAIT, Feed, ipc_stream
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream, StreamOffsets, StreamReader
 
 
@@ -400,7 +400,4 @@ def _empty(table: pa.Table | None) -> bool:
 def _ipc(table: pa.Table | None) -> bytes | None:
     if table is None or table.num_rows == 0:
         return None
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
+    return bytes(ipc_stream(table).to_pybytes())

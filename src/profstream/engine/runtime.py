@@ -381,15 +381,20 @@ def unpack_state(blob: bytes) -> dict[str, Any]:
     return {key: _unpack(value) for key, value in msgspec.msgpack.decode(blob).items()}
 
 
+def ipc_stream(value: pa.RecordBatch | pa.Table) -> pa.Buffer:
+    """``value`` as one Arrow IPC stream: its schema and dictionaries travel with it."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, value.schema) as writer:
+        writer.write(value)
+    return sink.getvalue()
+
+
 def _pack(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         array = np.ascontiguousarray(value)
         return {"__ndarray__": _ArrayState(array.dtype.str, list(array.shape), array.tobytes())}
     if isinstance(value, pa.RecordBatch | pa.Table):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, value.schema) as writer:
-            writer.write(value)
-        return {"__arrow__": sink.getvalue().to_pybytes()}
+        return {"__arrow__": ipc_stream(value).to_pybytes()}
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, dict):

@@ -365,13 +365,6 @@ class SummaryOutput(Output):
         finally:
             self._remove_spool()
 
-    def _side_spool(self, name: str) -> Spool:
-        """Another spool in this output's spool directory, removed with it."""
-        if self._spool_dir is None:
-            msg = f"{type(self).__name__} has no spool directory (made with spool=False)"
-            raise ValueError(msg)
-        return Spool(self._spool_dir, name)
-
     def _replay(self) -> Iterator[pa.RecordBatch]:
         """The spooled rows, key by key (none without a spool)."""
         if self._spool is not None:

@@ -28,9 +28,9 @@ from profstream.engine.schema import NO_ID, conform, tasks_schema
 OP_COLUMNS = ("device_id", "start_ns", "end_ns", "op_name", "op_type", "model_id")
 
 
-def is_op_row(batch: pa.RecordBatch) -> pa.Array:
-    """Which rows of a ``task_rows`` batch are communication op rows (no stream id)."""
-    return batch.column("stream_id").is_null()
+def is_op_row(rows: pa.RecordBatch | pa.Table) -> pa.Array | pa.ChunkedArray:
+    """Which rows of ``task_rows`` are communication op rows (no stream id)."""
+    return rows.column("stream_id").is_null()
 
 
 class TaskRowMerge(Operator):
@@ -88,7 +88,7 @@ class TaskRowMerge(Operator):
             return []
         rows = pa.Table.from_batches(tasks + ops, self.schema).unify_dictionaries()
         # a stable sort by start, tasks before op rows that start with them
-        op_row = rows.column("stream_id").is_null().to_numpy(zero_copy_only=False)
+        op_row = is_op_row(rows).to_numpy(zero_copy_only=False)
         order = np.lexsort((op_row, rows.column("start_ns").to_numpy()))
         return [(self.outputs[0], rows.take(pa.array(order)).combine_chunks().to_batches()[0])]
 
