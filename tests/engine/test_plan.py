@@ -218,6 +218,24 @@ def test_work_names_shared_feeds_and_operators_alike(run: tuple[Path, Path]) -> 
     assert memory["feed task_memory_info"] == memory["op Memory -> memory,memory_record"] > 0
 
 
+def test_ops_without_flows_read_no_device_data_and_are_the_same_rows(run: tuple[Path, Path]) -> None:
+    """PTA memory needs the op tree, not the kernels' flows: its plan runs no device pipeline, which
+    lets an export run it in a process apart from the tasks; its rows do not change."""
+    collection = profstream.open(run[0]).collections[0]
+    planner = Planner(collection, chunk_bytes=4096)
+    alone, alone_wanted = planner.pipeline(["ops", "memory", "memory_record"])
+    device_tasks = {"DeviceTasks", "HostJoin"}
+    assert not device_tasks & {type(op).__name__ for op in alone.operators}
+    whole, _ = planner.pipeline(["ops", "flows", "memory", "memory_record", "tasks"])
+    assert device_tasks <= {type(op).__name__ for op in whole.operators}  # the flows take the tasks
+    one, _ = _drain(alone, alone_wanted)
+    both, _ = _drain(whole, ["ops", "memory", "memory_record"])
+    rows_alone, rows_whole = _rows(one), _rows(both)
+    assert rows_alone["ops"] and rows_alone["memory"] and rows_alone["memory_record"]
+    assert rows_alone == rows_whole
+    assert set(planner.work(["memory"])).isdisjoint(planner.work(["tasks"]))
+
+
 def test_split_work_keeps_shared_pipelines_together_and_moves_the_rest() -> None:
     chain = {"feed log": 500, "op pair": 500, "feed launches": 300, "op join": 300}
     works = [

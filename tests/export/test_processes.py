@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
+from profstream import events
 from profstream import export as export_module
 from profstream.config import ExportSettings
 from profstream.engine.layouts.msprof import TaskRows
@@ -43,7 +45,13 @@ def _files(report: ExportReport) -> dict[str, bytes]:
 
 @pytest.mark.parametrize(
     ("layout", "kind"),
-    [("msprof", "summary"), ("msprof", "both"), ("torch_npu", "both"), ("parquet", "both")],
+    [
+        ("msprof", "summary"),
+        ("msprof", "both"),
+        ("torch_npu", "summary"),
+        ("torch_npu", "both"),
+        ("parquet", "both"),
+    ],
 )
 def test_worker_processes_write_what_one_process_writes(
     torch_run: Run, tmp_path: Path, workers: list[int | None], layout: str, kind: str
@@ -56,12 +64,29 @@ def test_worker_processes_write_what_one_process_writes(
     assert not workers
     split = run(2, tmp_path / "two")
     # the writer of the first group's outputs, and a part for another group: msprof: GE memory and
-    # step trace share no pipeline with the task outputs; torch_npu: npu_module_mem (tiny, but no
-    # least size here); parquet: one output writes every table's dataset, so no other group
+    # step trace share no pipeline with the task outputs; torch_npu: operator_memory and
+    # memory_record (the op tree without the kernels' flows), or with the timeline, which wants the
+    # flows, npu_module_mem alone (tiny, but no least size here); parquet: one output writes every
+    # table's dataset, so no other group
     assert len(workers) == (1 if layout == "parquet" else 2)
     assert _files(split) == _files(alone)
     assert split.collections[0].rows == alone.collections[0].rows
     assert not [p for p in (tmp_path / "two").rglob(".*")]  # no spool or temporary file left
+
+
+def test_torch_npu_memory_outputs_run_apart_from_the_task_outputs(
+    torch_run: Run, tmp_path: Path, workers: list[int | None]
+) -> None:
+    """operator_memory and memory_record need the op tree but not the kernels, so their part reads
+    no device task log (plan: FrameworkOps without tasks where no flow is wanted)."""
+    settings = ExportSettings(processes=2)
+    with capture_logs() as logs:
+        export(torch_run.raw, kind="summary", layout="torch_npu", output=tmp_path / "out", settings=settings)
+    parts = {e["worker"]: set(e["tables"]) for e in logs if e["event"] == events.EXPORT_PART_STARTED}
+    assert parts.keys() == {"export-writer", "export-part-1"}
+    assert {"memory", "memory_record"} <= parts["export-part-1"]
+    assert "task_rows" not in parts["export-part-1"]
+    assert "task_rows" in parts["export-writer"] and "memory" not in parts["export-writer"]
 
 
 def _corrupted(run: Run, tmp_path: Path, pattern: str) -> tuple[Path, Path]:

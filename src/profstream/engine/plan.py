@@ -22,7 +22,8 @@ Graph, per device ``d`` (inputs present in the collection only):
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
 and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
-FrameworkOps -> ops, flows; ops, flows, tasks@* -> OperatorDetails -> operator_details;
+FrameworkOps -> ops, flows (``tasks`` only where flows are wanted); ops, flows, tasks@* ->
+OperatorDetails -> operator_details;
 torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
 
 Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
@@ -209,7 +210,10 @@ class Planner:
     def _has(self, *names: str) -> bool:
         return all(n in self._feeds for n in names)
 
-    def _operators(self) -> list[Operator]:
+    def _operators(self, *, npu_flows: bool = True) -> list[Operator]:
+        """Every operator the collection's data allows. Without ``npu_flows`` FrameworkOps takes no
+        ``tasks``: its ``ops`` do not depend on them, only its ``async_npu`` flows do, so a plan that
+        wants ops but not flows (PTA memory) runs no device pipeline."""
         ops: list[Operator] = []
         starts = self.collection.collection_starts_ns  # the statistics leave out what ran before
         if self._has("api_event"):
@@ -263,7 +267,11 @@ class Planner:
         joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
         if framework:
             ops += [
-                FrameworkOps(joined, task_queue=self._has("torch_op_mark"), max_op_ns=FRAMEWORK_REORDER_NS),
+                FrameworkOps(
+                    joined if npu_flows else [],
+                    task_queue=self._has("torch_op_mark"),
+                    max_op_ns=FRAMEWORK_REORDER_NS,
+                ),
                 FrameworkSteps(joined),
                 OperatorDetails(joined),
             ]
@@ -332,9 +340,18 @@ class Planner:
 
     def _needed(self, tables: Iterable[str]) -> tuple[list[Operator], set[str], list[str]]:
         """The operators and feeds ``tables`` need, and the wanted streams the plan can produce."""
-        operators = self._operators()
+        names = self.streams(tables)
+        kept, feeds, wanted = self._walk(self._operators(), names)
+        if "flows" not in wanted and not any("flows" in op.inputs for op in kept):
+            kept, feeds, wanted = self._walk(self._operators(npu_flows=False), names)
+        return kept, feeds, wanted
+
+    def _walk(
+        self, operators: list[Operator], names: list[str]
+    ) -> tuple[list[Operator], set[str], list[str]]:
+        """The operators and feeds producing ``names`` need (walking back from them to the feeds)."""
         producer = {name: op for op in operators for name in op.outputs}
-        wanted = [s for s in self.streams(tables) if s in producer]
+        wanted = [s for s in names if s in producer]
         needed: dict[int, Operator] = {}
         feeds: set[str] = set()
         todo = list(wanted)
