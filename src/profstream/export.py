@@ -492,7 +492,9 @@ class _Part:
                 progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
 
     def route(self, emits: Iterable[Emit]) -> None:
-        """Route ``emits`` to the outputs (statistics recomputed under a window)."""
+        """Route ``emits`` to the outputs (statistics recomputed under a window), then finish the
+        outputs: in a worker that renders what they hold while the other parts still run, so the
+        commit that follows only renames."""
         statistics: dict[str, list[Operator]] = {}
         if self.window is not None:
             for table, source in RECOMPUTED.items():
@@ -504,6 +506,8 @@ class _Part:
         for stream, batch in emits:
             router.route(stream, batch)
         router.finish_statistics()
+        for output in self.outputs:
+            output.finish()
 
     def commit(self) -> _PartReport:
         """Close every output (renaming its files into place); on an error, abort them all."""

@@ -89,6 +89,30 @@ def test_torch_npu_memory_outputs_run_apart_from_the_task_outputs(
     assert "task_rows" in parts["export-writer"] and "memory" not in parts["export-writer"]
 
 
+def test_every_part_renders_its_files_before_the_commit_word(
+    torch_run: Run, tmp_path: Path, workers: list[int | None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part that ends early renders what it held (spools, per-step documents) while the others
+    still run: when the parent says commit, every byte is already in a temporary file."""
+    out = tmp_path / "out"
+    hidden: dict[str, int] = {}
+
+    def commit(self: Worker[Any]) -> None:
+        if not hidden:  # the first commit word: every part has run
+            hidden.update({p.name: p.stat().st_size for p in out.rglob(".*.part")})
+        original(self)
+
+    original = Worker.commit
+    monkeypatch.setattr(Worker, "commit", commit)
+    report = export(
+        torch_run.raw, kind="summary", layout="torch_npu", output=out, settings=ExportSettings(processes=2)
+    )
+    final = {Path(f.path).name: Path(f.path).stat().st_size for c in report.collections for f in c.files}
+    staged = {name.split(".")[1]: size for name, size in hidden.items()}  # .{stem}.{pid}.{token}.part
+    assert {"kernel_details", "memory_record", "communication"} <= staged.keys()
+    assert staged == {Path(name).stem: size for name, size in final.items() if name != "profiler_info.json"}
+
+
 def _corrupted(run: Run, tmp_path: Path, pattern: str) -> tuple[Path, Path]:
     """A copy of ``run`` whose largest file matching ``pattern`` has a record with a bad magic number."""
     raw = tmp_path / "raw"

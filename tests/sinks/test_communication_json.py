@@ -248,6 +248,25 @@ def test_sink_writes_both_files(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists() or not list((tmp_path / "x").iterdir())
 
 
+def test_finish_renders_both_files_hidden_and_close_renames_them(tmp_path: Path) -> None:
+    with CommunicationJsonSink(tmp_path / "whole", device_id=0) as whole:
+        whole.write("comm_ops", ops_table().to_batches()[0])
+    sink = CommunicationJsonSink(tmp_path / "two", device_id=0)
+    sink.write("comm_ops", ops_table().to_batches()[0])
+    sink.finish()
+    assert not sink._batches["comm_ops"]  # rendered: the tables are let go
+    hidden = sorted((p.name, p.stat().st_size) for p in (tmp_path / "two").iterdir())
+    assert len(hidden) == 2 and all(name.startswith(".") for name, _ in hidden)
+    sink.close()
+    assert sorted(size for _, size in hidden) == sorted(p.stat().st_size for p in sink.paths)
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
+        "communication.json",
+        "communication_matrix.json",
+    ]
+    for path in sink.paths:
+        assert path.read_bytes() == (tmp_path / "whole" / path.name).read_bytes()
+
+
 def _shape(value: Any, depth: int) -> Any:
     """Key structure of nested dicts, ``depth`` levels down (op names and links collapsed)."""
     if not isinstance(value, dict) or depth == 0:

@@ -156,6 +156,30 @@ def test_abort_and_exceptions_remove_every_slice(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_finish_renders_under_temporary_names_and_close_only_renames(tmp_path: Path) -> None:
+    """An export worker finishes its sinks before it is told to commit: every byte is then in the
+    hidden files, nothing has its final name, no more rows are taken, and close renames."""
+    sink = CsvSink(tmp_path, SCHEMA, NAMING, columns=COLUMNS)
+    sink.write(batch(ROWS))  # fewer than FORMAT_ROWS rows: held, no file yet
+    assert list(tmp_path.iterdir()) == []
+    sink.finish()
+    sink.finish()  # idempotent
+    (hidden,) = tmp_path.iterdir()
+    assert hidden.name.startswith(".")
+    rendered = hidden.read_bytes()
+    assert rendered.count(b"\n") == len(ROWS) + 1
+    with pytest.raises(SinkError, match="already finished"):
+        sink.write(batch(ROWS))
+    sink.close()
+    assert [p.read_bytes() for p in sink.paths] == [rendered]
+    assert [p.name for p in tmp_path.iterdir()] == [sink.paths[0].name]
+    aborted = CsvSink(tmp_path / "a", SCHEMA, NAMING, columns=COLUMNS)
+    aborted.write(batch(ROWS))
+    aborted.finish()
+    aborted.abort()
+    assert list((tmp_path / "a").iterdir()) == []
+
+
 def test_small_batches_are_held_and_written_joined_with_the_same_bytes(tmp_path: Path) -> None:
     """Batches under FORMAT_ROWS rows wait (no file is opened yet) and are rendered together, in
     order, at FORMAT_ROWS rows or at close; the files equal those of one sink fed one whole batch."""

@@ -117,6 +117,23 @@ def test_abort_leaves_no_parquet_file(tmp_path: Path) -> None:
     assert list(tmp_path.rglob("*.parquet")) == []
 
 
+def test_finish_writes_the_held_rows_and_close_renames(tmp_path: Path) -> None:
+    written = [batch(s, 7, [0, 1]) for s in range(0, 70, 7)]
+    sink = ParquetSink(tmp_path, SCHEMA)
+    for b in written:
+        sink.write(b)
+    sink.finish()
+    hidden = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert len(hidden) == 2 and all(p.name.startswith(".") for p in hidden)
+    assert sum(pq.read_metadata(p).num_rows for p in hidden) == 70  # complete files, footer written
+    sink.close()
+    back = read_dataset(tmp_path, SCHEMA).to_table()
+    assert (
+        sorted_table(back).cast(SCHEMA).to_pylist()
+        == sorted_table(pa.Table.from_batches(written)).to_pylist()
+    )
+
+
 def test_bad_row_group_size_is_refused(tmp_path: Path) -> None:
     """row_group_rows must be positive."""
     with pytest.raises(ValueError, match="row_group_rows"):

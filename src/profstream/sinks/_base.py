@@ -127,6 +127,11 @@ class SlicedOutput:
         self.files.append(staged)
         return staged
 
+    def finish(self) -> None:
+        """Finish the slice written last (the earlier ones were finished when the next opened)."""
+        if self.files:
+            self.files[-1].finish()
+
     def commit(self) -> list[Path]:
         """Rename every slice to its final name; the names depend on how many slices there are.
 
@@ -155,10 +160,11 @@ class SlicedOutput:
 
 
 class Sink(ABC):
-    """The lifecycle every sink shares: write, then :meth:`close` (commit) or :meth:`abort`.
+    """The lifecycle every sink shares: write, optionally :meth:`finish`, then :meth:`close` (commit)
+    or :meth:`abort`.
 
-    ``close`` and ``abort`` are idempotent, and either ends the sink. As a context manager a sink
-    closes on normal exit and aborts when the block raises.
+    ``finish``, ``close`` and ``abort`` are idempotent; ``close`` or ``abort`` ends the sink. As a
+    context manager a sink closes on normal exit and aborts when the block raises.
     """
 
     def __init__(self) -> None:
@@ -168,10 +174,21 @@ class Sink(ABC):
     @property
     def closed(self) -> bool:
         """True once the sink was closed or aborted."""
-        return self._status != "open"
+        return self._status in ("closed", "aborted")
+
+    def finish(self) -> None:
+        """Write everything the sink still holds into its temporary files, so that :meth:`close` only
+        renames them (an export's worker finishes before it is told to commit, so its rendering
+        overlaps the other parts' runs); a failure aborts and re-raises."""
+        if self._status != "open":
+            return
+        with self._guard():
+            self._finish()
+        self._status = "finished"
 
     def close(self) -> None:
         """Finish every file and give it its final name; a failure aborts and re-raises."""
+        self.finish()
         if self.closed:
             return
         with self._guard():
@@ -197,7 +214,7 @@ class Sink(ABC):
             self.abort()
 
     def _require_open(self) -> None:
-        if self.closed:
+        if self._status != "open":
             msg = f"{type(self).__name__} is already {self._status}"
             raise SinkError(msg)
 
@@ -209,6 +226,9 @@ class Sink(ABC):
         except BaseException:
             self.abort()
             raise
+
+    def _finish(self) -> None:  # noqa: B027 (a hook: most sinks write as they go)
+        """Write what the sink holds (:meth:`finish`)."""
 
     @abstractmethod
     def _commit(self) -> list[Path]:
@@ -257,11 +277,9 @@ class TableSink(Sink):
                 if self._held_rows >= self.coalesce_rows:
                     self._write_held()
 
-    def close(self) -> None:
-        if not self.closed and self._held:
-            with self._guard():
-                self._write_held()
-        super().close()
+    def _finish(self) -> None:
+        if self._held:
+            self._write_held()
 
     def _write_held(self) -> None:
         joined = pa.Table.from_batches(self._held).combine_chunks()

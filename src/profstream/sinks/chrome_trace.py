@@ -436,9 +436,12 @@ class ChromeTraceWriter(Sink):
         count = rows - start + (seen.count if seen else 0)
         self._dropped[events.ph] = DroppedEvents(count=count, first_ns=first, last_ns=last)
 
-    def _commit(self) -> list[Path]:
+    def _finish(self) -> None:
         self._flush()
         self._file.write(CLOSE)
+        self._output.finish()
+
+    def _commit(self) -> list[Path]:
         paths = self._output.commit()
         for path in paths:
             self._log.info(log_events.FILE_WRITTEN, file=str(path), bytes=path.stat().st_size)

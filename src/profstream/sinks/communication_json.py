@@ -429,7 +429,8 @@ class CommunicationJsonSink(Sink):
     """Writes ``communication.json`` and ``communication_matrix.json`` of one device into ``directory``.
 
     Feed it with :meth:`write` (``comm_ops``, ``comm_links`` and ``framework_steps`` batches; rows of
-    another device than ``device_id`` are ignored when it is given); the files appear at :meth:`close`.
+    another device than ``device_id`` are ignored when it is given); the files are rendered at
+    :meth:`finish` (or :meth:`close`) and appear at :meth:`close`.
     ``wall_offset_ns`` turns the host monotonic ns of the tables into Unix ns for ``Start Timestamp(us)``.
     Nothing is written when no HCCL op was seen, as torch_npu writes nothing without msprof's data.
     """
@@ -444,7 +445,7 @@ class CommunicationJsonSink(Sink):
         self.wall_offset_ns = wall_offset_ns
         self.device_id = device_id
         self._batches: dict[str, list[pa.RecordBatch]] = {name: [] for name in self.TABLES}
-        self._files: list[StagedFile] = []
+        self._files: list[tuple[StagedFile, str]] = []  # rendered, with their final names
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         """Take one batch of ``table`` (one of :attr:`TABLES`)."""
@@ -461,10 +462,10 @@ class CommunicationJsonSink(Sink):
         batches = self._batches[name]
         return pa.Table.from_batches(batches) if batches else None
 
-    def _commit(self) -> list[Path]:
+    def _finish(self) -> None:
         ops = self._table("comm_ops")
         if ops is None:
-            return []
+            return
         index = _Index(ops, self._table("comm_links"), self._table("framework_steps"))  # both files read it
         contents = {
             COMMUNICATION: _communication_members(index, self.wall_offset_ns),
@@ -472,11 +473,15 @@ class CommunicationJsonSink(Sink):
         }
         for name, members in contents.items():
             staged = StagedFile(self.directory, name)
-            self._files.append(staged)
+            self._files.append((staged, name))
             _write_members(staged, members)
-        return [staged.commit(name) for staged, name in zip(self._files, contents, strict=True)]
+            staged.finish()
+        self._batches = {name: [] for name in self.TABLES}
+
+    def _commit(self) -> list[Path]:
+        return [staged.commit(name) for staged, name in self._files]
 
     def _discard(self) -> None:
-        for staged in self._files:
+        for staged, _ in self._files:
             staged.discard()
         self._batches = {name: [] for name in self.TABLES}

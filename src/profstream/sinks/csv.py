@@ -177,6 +177,10 @@ class CsvSink(TableSink):
             self._file.write(self._buffer[:pos].data)
         self._state[S_POS] = 0
 
+    def _finish(self) -> None:
+        super()._finish()
+        self._output.finish()
+
     def _commit(self) -> list[Path]:
         paths = self._output.commit()
         for path in paths:

@@ -120,14 +120,18 @@ class ParquetSink(TableSink):
         part.rows = rest.num_rows
         part.nbytes = sum(b.nbytes for b in part.batches)
 
-    def _commit(self) -> list[Path]:
-        paths = []
+    def _finish(self) -> None:
         for part in self._partitions.values():
             if part.rows:
                 self._flush(part, part.rows)
+            if part.writer is not None:
+                part.writer.close()
+
+    def _commit(self) -> list[Path]:
+        paths = []
+        for part in self._partitions.values():
             if part.writer is None or part.staged is None:
                 continue
-            part.writer.close()
             paths.append(part.staged.commit(self.file_name))
             self._log.info(log_events.FILE_WRITTEN, file=str(paths[-1]))
         return paths

@@ -85,9 +85,13 @@ class SummaryJsonSink(TableSink):
             self._file.write(self._buffer[:pos].data)
             self._state[S_POS] = 0
 
-    def _commit(self) -> list[Path]:
+    def _finish(self) -> None:
+        super()._finish()
         self._flush()
         self._file.write(b"]")
+        self._file.finish()
+
+    def _commit(self) -> list[Path]:
         path = self._file.commit(self.path.name)
         self._log.info(log_events.FILE_WRITTEN, file=str(path), rows=self.rows_written)
         return [path]

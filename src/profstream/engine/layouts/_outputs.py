@@ -145,6 +145,10 @@ class Output(ABC):
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         """Take one batch of one of :attr:`tables`."""
 
+    def finish(self) -> None:  # noqa: B027 (a hook: most outputs write as they go)
+        """Render everything the output still holds (spooled rows) into temporary files, so that
+        :meth:`close` only renames; an export's worker does this before it is told to commit."""
+
     @abstractmethod
     def close(self) -> list[Path]:
         """Finish every file; the paths written."""
@@ -304,6 +308,7 @@ class SummaryOutput(Output):
         self._sink: TableSink | None = None
         self._spool_dir: Path | None = None
         self._spool: Spool | SortedSpool | None = None
+        self._finished = False  # the held rows went to the sink (finish)
         if spool or key is not None or (by_device and len(context.devices) > 1):
             self._spool_dir = spool_directory(context)
             self._spool = Spool(self._spool_dir) if order is None else SortedSpool(self._spool_dir, order)
@@ -354,10 +359,19 @@ class SummaryOutput(Output):
             line_end=self._line_end,
         )
 
+    def finish(self) -> None:
+        if self._finished:
+            return
+        for batch in self._replay():
+            self._emit(batch)
+        self._remove_spool()
+        self._finished = True
+        if self._sink is not None:
+            self._sink.finish()
+
     def close(self) -> list[Path]:
         try:
-            for batch in self._replay():
-                self._emit(batch)
+            self.finish()
             if self._sink is None:
                 return []
             self._sink.close()
@@ -510,6 +524,10 @@ class ParquetOutput(Output):
                 self.out_dir / table, batch.schema, partition_by=partition
             )
         sink.write(batch)
+
+    def finish(self) -> None:
+        for sink in self._sinks.values():
+            sink.finish()
 
     def close(self) -> list[Path]:
         paths: list[Path] = []

@@ -30,7 +30,7 @@ writes ``None``.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +150,11 @@ class KernelDetails(TaskRows):
         batch = self._wait(batch)
         return batch.append_column("step_id", _steps_of(self._device_steps, batch))
 
-    def close(self) -> list[Path]:
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        self._set_cells()  # the rows waited in the spool until every step was known
+        yield from super()._replay()
+
+    def _set_cells(self) -> None:
         steps = pa.Table.from_batches(self._steps) if self._steps else None
         cells = task_cells(self.context, RENAMES, short=self._short)
         if steps is not None and steps.num_rows:
@@ -163,7 +167,6 @@ class KernelDetails(TaskRows):
                 )
             cells = [Cell("Step Id", "step_id", null=""), *cells]
         self.cells = cells
-        return super().close()
 
 
 def _operator_memory_name(batch: pa.RecordBatch) -> pa.Array:
@@ -250,11 +253,16 @@ class Communication(Output):
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         self._spool.write(self.tables.index(table), batch)
 
+    def finish(self) -> None:
+        for key in self._spool.pending():
+            for batch in self._spool.read(key):
+                self.sink.write(self.tables[key], batch)
+        shutil.rmtree(self._spool_dir, ignore_errors=True)
+        self.sink.finish()
+
     def close(self) -> list[Path]:
         try:
-            for key in self._spool.pending():
-                for batch in self._spool.read(key):
-                    self.sink.write(self.tables[key], batch)
+            self.finish()
             self.sink.close()
             return list(self.sink.paths)
         finally:
