@@ -139,7 +139,7 @@ def _export_arguments(parser: argparse.ArgumentParser, *, summary: bool) -> None
         "--processes",
         type=_int_in(0, None, "--processes"),
         metavar="N",
-        help="pipelines for output groups sharing none, and a writer (default 0: one per core; 1: one)",
+        help="pipelines for output groups sharing none, and a writer (default 0: one per usable core)",
     )
 
 

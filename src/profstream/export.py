@@ -416,8 +416,17 @@ MIN_PART_WORK = 16 << 20
 
 
 def _processes(settings: ExportSettings) -> int:
-    """How many processes an export may use (1 where it may not fork)."""
-    return (settings.processes or os.cpu_count() or 1) if can_fork() else 1
+    """How many processes an export may use (1 where it may not fork): the setting, or one per core
+    this process may run on (its affinity mask, as taskset, cgroup cpusets and most batch schedulers
+    set it, not every core of the machine)."""
+    return (settings.processes or usable_cores()) if can_fork() else 1
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (all of them where the platform has no affinity mask)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(len(os.sched_getaffinity(0)), 1)
+    return os.cpu_count() or 1
 
 
 def _groups(

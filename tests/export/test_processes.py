@@ -144,6 +144,16 @@ def test_a_corrupt_record_in_any_part_fails_the_export_and_leaves_no_file(
     assert not [p for p in out.rglob(".spool-*")]
 
 
+def test_the_default_is_one_process_per_core_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(export_module, "can_fork", lambda: True)
+    monkeypatch.setattr(export_module.os, "sched_getaffinity", lambda _: {3}, raising=False)
+    monkeypatch.setattr(export_module.os, "cpu_count", lambda: 64)
+    assert export_module._processes(ExportSettings()) == 1  # pinned to one core of 64 (taskset, cpuset)
+    assert export_module._processes(ExportSettings(processes=3)) == 3
+    monkeypatch.delattr(export_module.os, "sched_getaffinity")  # macOS has no affinity mask
+    assert export_module._processes(ExportSettings()) == 64
+
+
 def test_processes_1_or_a_daemonic_process_forks_nothing(
     torch_run: Run, tmp_path: Path, workers: list[int | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
