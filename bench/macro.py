@@ -213,6 +213,7 @@ SCENARIOS: dict[str, Callable[[Path], Result]] = {
         ("export-timeline", scenario_export("timeline")),
         ("export-summary-torch_npu", scenario_export("summary", "torch_npu")),
         ("export-timeline-torch_npu", scenario_export("timeline", "torch_npu")),
+        ("export-parquet", scenario_export("summary", "parquet")),
         ("export-both", scenario_export_both),
     )
     for chip in ("910A", "910B")

@@ -11,8 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from profstream.sinks import ParquetSink, read_dataset
+from profstream.sinks import BufferBudget, ParquetSink, read_dataset
 
 SCHEMA = pa.schema(
     [
@@ -92,6 +94,37 @@ def test_the_buffer_cap_writes_the_largest_partition_early(tmp_path: Path) -> No
     assert sum(groups) == 500
     assert len(groups) > 1
     assert all(g < 1_000 for g in groups)
+
+
+@given(
+    sizes=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 300)), min_size=1, max_size=25),
+    limit_batches=st.integers(1, 4),
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_sinks_sharing_a_budget_buffer_no_more_than_it_together(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[tuple[int, int]], limit_batches: int
+) -> None:
+    """Three tables' sinks under one budget (an export process's Parquet outputs): after every write
+    their buffers together fit it, the largest going out early, and every row comes back."""
+    root = tmp_path_factory.mktemp("budget")
+    budget = BufferBudget(batch(0, 100, [0, 1]).nbytes * limit_batches)
+    sinks = [ParquetSink(root / f"t{i}", SCHEMA, row_group_rows=10_000, budget=budget) for i in range(3)]
+    written: list[list[pa.RecordBatch]] = [[], [], []]
+    start = 0
+    for which, rows in sizes:
+        data = batch(start, rows, [0, 1])
+        start += rows
+        sinks[which].write(data)
+        written[which].append(data)
+        assert budget.buffered <= budget.limit
+    for sink, batches in zip(sinks, written, strict=True):
+        sink.close()
+        if batches:
+            back = read_dataset(sink.directory, SCHEMA).to_table()
+            assert (
+                sorted_table(back).cast(SCHEMA).to_pylist()
+                == sorted_table(pa.Table.from_batches(batches)).to_pylist()
+            )
 
 
 def test_a_table_without_the_partition_column_is_one_file(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ rank's ``communication.json`` entries (one per communication op) are written to 
 Communication: the engine's own analysis (``comm_ops`` / ``comm_links``, rendered by
 :func:`~profstream.cluster.comm.analyse` exactly as the torch_npu export renders it).
 
-Memory: besides the sinks' buffers (``max_buffered_bytes`` each), the task keeps the rank's
+Memory: besides the sinks' buffers (``SINK_BUFFER_BYTES`` for all of them), the task keeps the rank's
 ``step_time``, ``framework_steps``, ``comm_ops`` and ``comm_links`` rows (a few rows per step and per
 communication op).
 """
@@ -35,15 +35,15 @@ from profstream.cluster.stages import ParallelGroup, read_parallel_groups
 from profstream.engine import discovery
 from profstream.engine.layouts.torch_npu import STEP_TIME_COLUMNS
 from profstream.engine.schema import TABLES, conform, tasks_schema
-from profstream.sinks.parquet import ParquetSink
+from profstream.sinks.parquet import BufferBudget, ParquetSink
 
 #: the dataset table of the per-op communication entries (the rows of communication.json); not
 #: ``comm_ops``, which is the canonical table of per-op communication times
 COMM_OPS_TABLE = "comm_op_info"
 #: tables the communication entries and the step trace need from the pipeline
 KEPT = ("step_time", "framework_steps", "comm_ops", "comm_links")
-#: per-sink buffer: ~17 tables per rank, so at most a few hundred MB per task
-SINK_BUFFER_BYTES = 16 << 20
+#: what the rank's sinks (one per table) buffer together before the largest writes a row group early
+SINK_BUFFER_BYTES = 64 << 20
 
 #: cluster_step_trace_time.csv value columns: step_trace_time.csv's (framework_outputs.md §3.4)
 STEP_COLUMNS = STEP_TIME_COLUMNS
@@ -102,6 +102,7 @@ class _Sinks:
     def __init__(self, dataset: Path, rank: int, stack: ExitStack) -> None:
         self.dataset, self.rank, self.stack = dataset, rank, stack
         self.sinks: dict[str, ParquetSink] = {}
+        self.budget = BufferBudget(SINK_BUFFER_BYTES)
 
     def write(self, table: str, data: pa.RecordBatch | pa.Table) -> None:
         if data.num_rows == 0:
@@ -109,9 +110,7 @@ class _Sinks:
         sink = self.sinks.get(table)
         if sink is None:
             directory = self.dataset / table / f"rank={self.rank}"
-            sink = ParquetSink(
-                directory, data.schema, partition_by=None, max_buffered_bytes=SINK_BUFFER_BYTES
-            )
+            sink = ParquetSink(directory, data.schema, partition_by=None, budget=self.budget)
             self.sinks[table] = self.stack.enter_context(sink)
         sink.write(data)
 

@@ -17,12 +17,13 @@ from profstream.sinks.chrome_trace import (
     MetadataEvents,
 )
 from profstream.sinks.csv import CSV_LIMIT, CsvSink
-from profstream.sinks.parquet import ParquetSink, read_dataset
+from profstream.sinks.parquet import BufferBudget, ParquetSink, read_dataset
 from profstream.sinks.summary_json import SummaryJsonSink
 
 __all__ = [
     "CSV_LIMIT",
     "NA",
+    "BufferBudget",
     "ChromeTraceWriter",
     "Column",
     "CompleteEvents",

@@ -9,8 +9,10 @@ partition column is one file ``{directory}/part-0.parquet``; rows whose device i
 Row groups: small streaming batches make small row groups, which are both slower and about 40%
 larger (peers.md §5.5), so batches are buffered per partition and written ``row_group_rows``
 (1,000,000) rows at a time, zstd-compressed; the rest goes out at close. To keep memory bounded,
-when the buffers together pass ``max_buffered_bytes`` the largest one is written early as a
-smaller row group.
+when the buffers pass their :class:`BufferBudget` (``max_buffered_bytes`` of the sink's own, or one
+shared by several sinks) the largest one is written early as a smaller row group: a million rows
+of a wide table (the tasks table: about 330 bytes a row) would hold more memory than a whole export
+may use.
 
 Each file is written under a hidden temporary name (which ``pyarrow.dataset`` and DuckDB globs
 skip) and renamed into place at close, replacing a file of the same name.
@@ -38,6 +40,35 @@ ROW_GROUP_ROWS = 1_000_000
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
+class BufferBudget:
+    """The bytes the :class:`ParquetSink` objects sharing it may buffer together; past it, the
+    largest partition of any of them is written early, as a smaller row group."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 0:
+            msg = f"a buffer budget needs a byte count >= 0, got {limit}"
+            raise ValueError(msg)
+        self.limit = limit
+        self._sinks: list[ParquetSink] = []
+
+    def join(self, sink: ParquetSink) -> None:
+        self._sinks.append(sink)
+
+    @property
+    def buffered(self) -> int:
+        """The bytes buffered by every sink sharing the budget."""
+        return sum(part.nbytes for sink in self._sinks for part in sink._partitions.values())
+
+    def enforce(self) -> None:
+        """Write the largest buffers early until the rest fits the budget."""
+        while self.buffered > self.limit:
+            sink, part = max(
+                ((sink, part) for sink in self._sinks for part in sink._partitions.values()),
+                key=lambda pair: pair[1].nbytes,
+            )
+            sink._flush(part, part.rows)
+
+
 @dataclass
 class _Partition:
     """The buffered rows and the open file of one partition."""
@@ -61,9 +92,11 @@ class ParquetSink(TableSink):
         partition_by: str | None = "device_id",
         row_group_rows: int = ROW_GROUP_ROWS,
         max_buffered_bytes: int = 256 << 20,
+        budget: BufferBudget | None = None,
         compression: str = "zstd",
         file_name: str = "part-0.parquet",
     ) -> None:
+        """``budget``, when given, is shared with other sinks and replaces ``max_buffered_bytes``."""
         super().__init__(schema)
         if row_group_rows < 1:
             msg = f"row_group_rows must be at least 1, got {row_group_rows}"
@@ -71,7 +104,8 @@ class ParquetSink(TableSink):
         self.directory = Path(directory)
         self.partition_by = partition_by if partition_by in schema.names else None
         self.row_group_rows = row_group_rows
-        self.max_buffered_bytes = max_buffered_bytes
+        self.budget = budget if budget is not None else BufferBudget(max_buffered_bytes)
+        self.budget.join(self)
         self.compression = compression
         self.file_name = file_name
         self.file_schema = schema
@@ -90,9 +124,7 @@ class ParquetSink(TableSink):
                 mask = pc.is_null(key) if value is None else pc.equal(key, value)
                 name = f"{self.partition_by}={NULL_PARTITION if value is None else value}"
                 self._buffer(name, rest.filter(mask))
-        while sum(p.nbytes for p in self._partitions.values()) > self.max_buffered_bytes:
-            largest = max(self._partitions.values(), key=lambda p: p.nbytes)
-            self._flush(largest, largest.rows)
+        self.budget.enforce()
 
     def _buffer(self, name: str, batch: pa.RecordBatch) -> None:
         part = self._partitions.get(name)

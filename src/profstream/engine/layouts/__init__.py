@@ -2,7 +2,7 @@
 
 * :mod:`.msprof`: ``mindstudio_profiler_output/`` (msprof_outputs.md §1 to §3);
 * :mod:`.torch_npu`: ``ASCEND_PROFILER_OUTPUT/`` (framework_outputs.md §3);
-* ``parquet``: every canonical table as a dataset partitioned by device;
+* ``parquet``: every canonical table as a dataset partitioned by device, one output per table;
 * :mod:`.timeline`: the chrome-trace layers both timelines share.
 
 :func:`outputs` builds the outputs of one export; each says which tables it reads
@@ -24,7 +24,7 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.plan import TABLE_NAMES
-from profstream.engine.schema import TABLES
+from profstream.sinks import BufferBudget
 
 Layout = Literal["msprof", "torch_npu", "parquet"]
 Kind = Literal["timeline", "summary", "both"]
@@ -34,6 +34,9 @@ OUTPUT_DIRS = {"msprof": msprof.OUTPUT_DIR, "torch_npu": torch_npu.OUTPUT_DIR, "
 #: file name prefixes of the chrome-trace timelines (``trace_view[_N].json``, ``msprof_{ts}[_N].json``,
 #: ``step_trace_{ts}[_N].json``); with ``--format csv`` no summary JSON starts with them
 _TIMELINE_PREFIXES = ("trace_view", "msprof_", "step_trace_")
+#: what the Parquet sinks of one export process buffer together (sinks/parquet.py BufferBudget): a
+#: million rows of every table at once would be about 900 MB at 1 GB of raw data
+PARQUET_BUFFER_BYTES = 64 << 20
 
 
 def is_timeline(name: str) -> bool:
@@ -53,7 +56,8 @@ def outputs(
     """The outputs of one export of one collection into ``context.out_dir``; ``framework`` is what
     torch_npu's profiler_info.json says it collected (None without one)."""
     if layout == "parquet":
-        return [ParquetOutput(context.out_dir, {name: TABLES[name] for name in TABLE_NAMES})]
+        budget = BufferBudget(PARQUET_BUFFER_BYTES)  # per process: a worker gets its own copy
+        return [ParquetOutput(context.out_dir, name, budget) for name in TABLE_NAMES]
     built: list[Output] = []
     if kind in ("timeline", "both"):
         if layout == "msprof":

@@ -12,7 +12,7 @@ Three kinds cover every file of the msprof and torch_npu layouts:
 * :class:`TimelineOutput`: one chrome-trace file set, events built per batch by the layout's
   :class:`EventBuilder` s, metadata (process/thread names) emitted the first time a process or
   thread appears.
-* :class:`ParquetOutput`: every canonical table as a Parquet dataset.
+* :class:`ParquetOutput`: a canonical table as a Parquet dataset.
 
 Outputs open their sinks lazily: a table without rows writes no file, as msprof's exporters write
 nothing without data.
@@ -20,7 +20,6 @@ nothing without data.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -35,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream.sinks import (
+    BufferBudget,
     ChromeTraceWriter,
     Column,
     CsvSink,
@@ -508,35 +508,34 @@ class TimelineOutput(Output):
 
 
 class ParquetOutput(Output):
-    """Each canonical table as a Parquet dataset ``{out_dir}/{table}/device_id=N/``."""
+    """One canonical table as a Parquet dataset ``{out_dir}/{table}/device_id=N/``.
 
-    def __init__(self, out_dir: Path, schemas: dict[str, pa.Schema]) -> None:
-        self.out_dir = out_dir
-        self.schemas = schemas
-        self.tables = tuple(schemas)
-        self._sinks: dict[str, ParquetSink] = {}
+    One output per table, so that tables sharing no pipeline can be written by different processes;
+    the outputs of one process share ``budget``, the bytes their sinks buffer together.
+    """
+
+    def __init__(self, out_dir: Path, table: str, budget: BufferBudget) -> None:
+        self.directory = out_dir / table
+        self.tables = (table,)
+        self.budget = budget
+        self._sink: ParquetSink | None = None  # opened on the first rows: no rows, no dataset
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
-        sink = self._sinks.get(table)
-        if sink is None:
+        if self._sink is None:
             partition = "device_id" if "device_id" in batch.schema.names else None
-            sink = self._sinks[table] = ParquetSink(
-                self.out_dir / table, batch.schema, partition_by=partition
-            )
-        sink.write(batch)
+            self._sink = ParquetSink(self.directory, batch.schema, partition_by=partition, budget=self.budget)
+        self._sink.write(batch)
 
     def finish(self) -> None:
-        for sink in self._sinks.values():
-            sink.finish()
+        if self._sink is not None:
+            self._sink.finish()
 
     def close(self) -> list[Path]:
-        paths: list[Path] = []
-        for sink in self._sinks.values():
-            sink.close()
-            paths.extend(sink.paths)
-        return paths
+        if self._sink is None:
+            return []
+        self._sink.close()
+        return list(self._sink.paths)
 
     def abort(self) -> None:
-        for sink in self._sinks.values():
-            with contextlib.suppress(Exception):
-                sink.abort()
+        if self._sink is not None:
+            self._sink.abort()
