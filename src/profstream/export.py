@@ -28,7 +28,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -208,6 +208,8 @@ class Router:
 
     def route(self, stream: str, batch: pa.RecordBatch) -> None:
         table = stream.partition("@")[0]
+        if table not in self._by_table and table not in self.statistics:
+            return  # read by outputs of another process (export.py _Part.shared), which counts it
         if self.window is not None and table in TIME_OF:
             low, high = self.window
             times = batch.column(TIME_OF[table])
@@ -372,22 +374,24 @@ def _export_one(
     processes = _processes(settings)
     parts = [_Part(planner, group, window, context) for group in _groups(planner, built, window, processes)]
     workers: list[Worker[_PartReport]] = []
-    pipe: BatchPipe | None = None
     try:
         for number, part in enumerate(parts[1:], 1):
             workers.append(_start(f"export-part-{number}", part, part.run))
+        here = parts[0]  # the part whose outputs this process renders and commits
         if processes > 1:  # the first part's outputs are written by a worker too, fed through a pipe
-            pipe = to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
-            workers.insert(0, _start("export-writer", parts[0], lambda: parts[0].route(to_writer.received())))
+            written, here = parts[0].shared()
+            to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
+            workers.insert(0, _start("export-writer", written, lambda: written.route(to_writer.received())))
             to_writer.forked()
-            _send(parts[0].emits(progress), to_writer, workers[0])
+            _send(here.tee(parts[0].emits(progress)), to_writer, workers[0])
+            here.finish()  # while the writer finishes its own outputs
         else:
-            parts[0].run(progress)
+            here.run(progress)
         for worker in workers:
             worker.wait_ran()
         for worker in workers:
             worker.commit()
-        done = ([] if pipe else [parts[0].commit()]) + [worker.result() for worker in workers]
+        done = [here.commit()] + [worker.result() for worker in workers]
     except BaseException:
         for worker in workers:
             worker.abort()
@@ -500,10 +504,27 @@ class _Part:
             if progress is not None and count % 16 == 0:
                 progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
 
+    def shared(self) -> tuple[_Part, _Part]:
+        """This part's outputs as a part for the writer process and a part for this one.
+
+        Outputs that render their files only at finish (from spooled rows: kernel_details,
+        communication.json) are shared out, the writer taking the first, this process every second:
+        once the pipeline ends, this process would otherwise wait idle while the writer renders them
+        one after the other."""
+        late = [output for output in self.outputs if output.renders_at_finish]
+        here = late[1::2]
+        written = [output for output in self.outputs if not any(output is o for o in here)]
+        return replace(self, outputs=written), replace(self, outputs=here)
+
     def route(self, emits: Iterable[Emit]) -> None:
-        """Route ``emits`` to the outputs (statistics recomputed under a window), then finish the
-        outputs: in a worker that renders what they hold while the other parts still run, so the
-        commit that follows only renames."""
+        """Route ``emits`` to the outputs, then finish them: in a worker that renders what they hold
+        while the other parts still run, so the commit that follows only renames."""
+        for _ in self.tee(emits):
+            pass
+        self.finish()
+
+    def tee(self, emits: Iterable[Emit]) -> Iterator[Emit]:
+        """Route each of ``emits`` to the outputs (statistics recomputed under a window) and pass it on."""
         statistics: dict[str, list[Operator]] = {}
         if self.window is not None:
             for table, source in RECOMPUTED.items():
@@ -514,7 +535,10 @@ class _Part:
         self.router = router = Router(self.outputs, self.window, statistics)
         for stream, batch in emits:
             router.route(stream, batch)
+            yield stream, batch
         router.finish_statistics()
+
+    def finish(self) -> None:
         for output in self.outputs:
             output.finish()
 

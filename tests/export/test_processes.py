@@ -3,6 +3,7 @@ leave nothing behind (profstream/workers.py, plan.split_work)."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -102,7 +103,9 @@ def test_every_part_renders_its_files_before_the_commit_word(
     torch_run: Run, tmp_path: Path, workers: list[int | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A part that ends early renders what it held (spools, per-step documents) while the others
-    still run: when the parent says commit, every byte is already in a temporary file."""
+    still run: when the parent says commit, every byte is already in a temporary file. The outputs
+    that render only at the end are shared out: the writer renders kernel_details while the
+    pipeline's process renders communication.json."""
     out = tmp_path / "out"
     hidden: dict[str, int] = {}
 
@@ -120,6 +123,9 @@ def test_every_part_renders_its_files_before_the_commit_word(
     staged = {name.split(".")[1]: size for name, size in hidden.items()}  # .{stem}.{pid}.{token}.part
     assert {"kernel_details", "memory_record", "communication"} <= staged.keys()
     assert staged == {Path(name).stem: size for name, size in final.items() if name != "profiler_info.json"}
+    rendered_by = {name.split(".")[1]: int(name.split(".")[-3]) for name in hidden}
+    assert rendered_by["communication"] == rendered_by["communication_matrix"] == os.getpid()
+    assert rendered_by["kernel_details"] in workers
 
 
 def _corrupted(run: Run, tmp_path: Path, pattern: str) -> tuple[Path, Path]:

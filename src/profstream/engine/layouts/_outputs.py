@@ -145,6 +145,12 @@ class Output(ABC):
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         """Take one batch of one of :attr:`tables`."""
 
+    @property
+    def renders_at_finish(self) -> bool:
+        """Whether most of the output's work waits for :meth:`finish` (rows spooled until then): an
+        export shares such outputs out between its processes (export.py ``_Part.shared``)."""
+        return False
+
     def finish(self) -> None:  # noqa: B027 (a hook: most outputs write as they go)
         """Render everything the output still holds (spooled rows) into temporary files, so that
         :meth:`close` only renames; an export's worker does this before it is told to commit."""
@@ -358,6 +364,10 @@ class SummaryOutput(Output):
             quote_chars=self._quote_chars,
             line_end=self._line_end,
         )
+
+    @property
+    def renders_at_finish(self) -> bool:
+        return self._spool is not None
 
     def finish(self) -> None:
         if self._finished:

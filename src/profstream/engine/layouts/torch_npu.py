@@ -250,6 +250,8 @@ class Communication(Output):
         self._spool_dir = spool_directory(context)
         self._spool = Spool(self._spool_dir)
 
+    renders_at_finish = True
+
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         self._spool.write(self.tables.index(table), batch)
 
