@@ -144,6 +144,28 @@ def test_a_full_output_disk_pauses_and_retries_without_corruption(
     assert rows(daemon_parquet(tmp_path / "out")) == offline
 
 
+def test_a_window_holds_the_task_rows_of_a_layout_but_not_the_tasks_again(
+    raw: Path, offline: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a layout's op_summary or kernel_details reads the merged task rows, the window holds
+    those alone and derives the tasks when it commits: the Parquet tasks stay the offline export's."""
+    held: list[set[str]] = []
+    write = CollectionRunner._write_window
+
+    def record(self: CollectionRunner, window: int) -> list[Path]:
+        held.append({stream.partition("@")[0] for stream, _ in self.buffer})
+        return write(self, window)
+
+    monkeypatch.setattr(CollectionRunner, "_write_window", record)
+    config = CollectorConfig(
+        watch_dir=raw, output=tmp_path / "out", poll_interval_s=0.01, once=True, window_steps=3
+    )
+    assert Collector(config).run() == 0
+    assert any("task_rows" in tables for tables in held)
+    assert not any("tasks" in tables for tables in held)
+    assert rows(daemon_parquet(tmp_path / "out")) == offline
+
+
 def test_a_second_instance_on_one_output_is_refused(raw: Path, tmp_path: Path) -> None:
     """The lock file keeps one daemon per output directory; the second exits 1 and says why."""
     (tmp_path / "out").mkdir()

@@ -71,6 +71,9 @@ Choices (the issue leaves them open):
   wait time (kernel_details, op_summary) runs within a window: a window's first row per device,
   and rows next to a communication op whose row lands in another window, can differ from an
   offline export. Every other CSV cell and timeline event equals the offline export's, once.
+  Such a window holds each device's op_summary rows (``task_rows``: the tasks with the
+  communication op rows merged in) and not the tasks as well: the tasks it writes and routes are
+  those rows less the op rows, derived as it commits.
 * The timeline files of the window directories age under ``--timeline-limit`` (MB, default the
   export's 500): after each commit, the oldest windows' timeline files are deleted until the total
   is under the limit; the newest window's are kept even when they alone exceed it (a window's own
@@ -87,6 +90,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import re
 import shutil
@@ -94,7 +98,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -103,6 +107,7 @@ from typing import IO, Any, Literal
 
 import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from profstream import events
@@ -116,6 +121,7 @@ from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_t
 from profstream.engine.layouts.msprof import write_readme
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.steps import FRAMEWORK_STEPS
+from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Pipeline
 from profstream.engine.schema import TABLES
@@ -204,6 +210,20 @@ def _data_dirs(profile: discovery.Profile) -> list[discovery.DataDir]:
 
 def _stream_keys(profile: discovery.Profile) -> set[str]:
     return {stream_key(s) for d in _data_dirs(profile) for s in d.streams}
+
+
+def _held(wanted: Iterable[str]) -> set[str]:
+    """The streams a window holds until it commits: all it wants but a device's ``tasks`` where its
+    ``task_rows`` are wanted (a layout's op_summary or kernel_details), as those are the task rows
+    less the communication op rows (:func:`_tasks_of`); holding both would hold every task twice."""
+    streams = set(wanted)
+    merged = {s.replace("task_rows@", "tasks@", 1) for s in streams if s.startswith("task_rows@")}
+    return streams - merged
+
+
+def _tasks_of(task_rows: pa.RecordBatch) -> pa.RecordBatch:
+    """The device tasks among op_summary's merged rows (engine/operators/task_rows.py)."""
+    return task_rows.filter(pc.invert(is_op_row(task_rows)))
 
 
 def _side_bytes(profile: discovery.Profile) -> int:
@@ -384,7 +404,7 @@ class CollectionRunner:
         )
         if resume is not None:
             pipeline.restore(resume.snapshot)
-        self.pipeline, self.wanted = pipeline, set(wanted)
+        self.pipeline, self.wanted = pipeline, _held(wanted)
         self.planned_keys = keys
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
         self._resume = None
@@ -548,18 +568,24 @@ class CollectionRunner:
         """The window's part files, one per table and partition, renamed into place."""
         tables: dict[str, list[pa.RecordBatch]] = {}
         for stream, batch in self.buffer:
-            table = stream.partition("@")[0]
-            if table not in OUTPUT_STREAMS:
-                tables.setdefault(table, []).append(batch)
+            tables.setdefault(stream.partition("@")[0], []).append(batch)
+        sources: dict[str, Iterable[pa.RecordBatch]] = {
+            table: batches for table, batches in tables.items() if table not in OUTPUT_STREAMS
+        }
+        if "task_rows" in tables:  # the window held no tasks: they are these rows less the op rows
+            sources["tasks"] = (_tasks_of(batch) for batch in tables["task_rows"])
         paths: list[Path] = []
-        for table, batches in tables.items():
-            schema = batches[0].schema
-            partition = "device_id" if "device_id" in schema.names else None
+        for table, batches in sources.items():
+            rows = (batch for batch in batches if batch.num_rows)
+            first = next(rows, None)
+            if first is None:
+                continue
+            partition = "device_id" if "device_id" in first.schema.names else None
             sink = ParquetSink(
-                self.parquet / table, schema, partition_by=partition, file_name=ckpt.part_name(window)
+                self.parquet / table, first.schema, partition_by=partition, file_name=ckpt.part_name(window)
             )
             with sink:
-                for batch in batches:
+                for batch in itertools.chain([first], rows):
                     sink.write(batch)
             paths += sink.paths
         return paths
@@ -579,6 +605,9 @@ class CollectionRunner:
                 router.route(FRAMEWORK_STEPS, batch)
             for stream, batch in self.buffer:
                 router.route(stream, batch)
+                table, _, device = stream.partition("@")
+                if table == "task_rows":  # the tasks, which the window did not hold
+                    router.route(f"tasks@{device}", _tasks_of(batch))
             written = [p for output in built for p in output.close()]
             if written and self.layout == "msprof":
                 written.append(write_readme(temp))
