@@ -6,11 +6,14 @@ outputs that read its table. Files are written under temporary names and renamed
 succeeds; on any error every output is aborted, so no partial file is left looking complete.
 
 Outputs whose pipelines share little (in the msprof layout, GE memory and step trace beside the task
-tables) are split into groups (``plan.split_work``, by the raw bytes each group's feeds and operators
-take), up to ``processes`` (``[export]``, ``--processes``; 0: one per core). The costliest group's
-pipeline runs here and sends its batches to a forked writer that renders and writes that group's
-outputs (a :class:`~profstream.workers.BatchPipe`); each other group runs in a forked worker of its
-own (:mod:`profstream.workers`), and all commit together. With ``processes`` 1 everything runs here.
+tables; in torch_npu's, PTA memory) are split into groups (``plan.split_work``, by the raw bytes each
+group's feeds and operators take), up to ``processes`` (``[export]``, ``--processes``; 0: one per
+usable core). The costliest group's pipeline runs here and sends its batches to a forked writer that
+renders and writes that group's outputs (a :class:`~profstream.workers.BatchPipe`), but for every
+second output that renders only at finish, which this process renders once its pipeline ends; each
+other group runs in a forked worker of its own (:mod:`profstream.workers`). Every part renders its
+files under temporary names when its pipeline ends, and all rename them together. With
+``processes`` 1 everything runs here.
 
 ``--model-id/--iteration-id`` (msprof_outputs.md §4b): the iterations are read first (a small
 pipeline of the step tables); the window is from the end of the last iteration (of any model) that

@@ -174,6 +174,7 @@ class ParquetSink(TableSink):
                 part.writer.close()
             if part.staged is not None:
                 part.staged.discard()
+        self._partitions.clear()  # nothing left for a shared budget to write
 
 
 def read_dataset(

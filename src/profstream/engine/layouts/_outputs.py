@@ -20,6 +20,7 @@ nothing without data.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
@@ -548,4 +549,5 @@ class ParquetOutput(Output):
 
     def abort(self) -> None:
         if self._sink is not None:
-            self._sink.abort()
+            with contextlib.suppress(Exception):  # a writer that failed may fail again as it closes
+                self._sink.abort()

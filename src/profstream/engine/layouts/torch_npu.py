@@ -244,13 +244,12 @@ class Communication(Output):
     """
 
     tables = CommunicationJsonSink.TABLES
+    renders_at_finish = True
 
     def __init__(self, context: Context) -> None:
         self.sink = CommunicationJsonSink(context.out_dir, wall_offset_ns=context.wall_offset_ns)
         self._spool_dir = spool_directory(context)
         self._spool = Spool(self._spool_dir)
-
-    renders_at_finish = True
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         self._spool.write(self.tables.index(table), batch)
