@@ -212,7 +212,7 @@ class Router:
     def route(self, stream: str, batch: pa.RecordBatch) -> None:
         table = stream.partition("@")[0]
         if table not in self._by_table and table not in self.statistics:
-            return  # read by outputs of another process (export.py _Part.shared), which counts it
+            return  # read by outputs in the other process of a shared part (_Part.shared), which counts it
         if self.window is not None and table in TIME_OF:
             low, high = self.window
             times = batch.column(TIME_OF[table])
@@ -386,7 +386,7 @@ def _export_one(
             to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
             workers.insert(0, _start("export-writer", written, lambda: written.route(to_writer.received())))
             to_writer.forked()
-            _send(here.tee(parts[0].emits(progress)), to_writer, workers[0])
+            _send(here.tee(parts[0].emits(progress)), written.sources(), to_writer, workers[0])
             here.finish()  # while the writer finishes its own outputs
         else:
             here.run(progress)
@@ -459,11 +459,13 @@ def _start(name: str, part: _Part, run: Callable[[], None]) -> Worker[_PartRepor
     return worker
 
 
-def _send(emits: Iterable[Emit], pipe: BatchPipe, writer: Worker[_PartReport]) -> None:
-    """Every batch of ``emits`` to ``writer``; a writer that failed raises its own error here."""
+def _send(emits: Iterable[Emit], tables: set[str], pipe: BatchPipe, writer: Worker[_PartReport]) -> None:
+    """The batches of ``emits`` whose table is one of ``tables`` to ``writer``; a writer that failed
+    raises its own error here."""
     try:
         for stream, batch in emits:
-            pipe.send(stream, batch)
+            if stream.partition("@")[0] in tables:
+                pipe.send(stream, batch)
         pipe.close()
     except BrokenPipeError:  # the writer exited: it sent why
         writer.wait_ran()
@@ -497,10 +499,13 @@ class _Part:
     def run(self, progress: Progress | None = None) -> None:
         self.route(self.emits(progress))
 
+    def sources(self) -> set[str]:
+        """The tables the part's pipeline produces for its outputs (:func:`_sources`)."""
+        return _sources((t for output in self.outputs for t in output.tables), self.window)
+
     def emits(self, progress: Progress | None = None) -> Iterator[Emit]:
         """The batches of the tables the outputs read, from one pipeline over the collection."""
-        tables = _sources((t for output in self.outputs for t in output.tables), self.window)
-        pipeline, streams = self.planner.pipeline(sorted(tables))
+        pipeline, streams = self.planner.pipeline(sorted(self.sources()))
         clock = _Span(self.planner.collection)
         for count, emit in enumerate(pipeline.run(streams)):
             yield emit
