@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from profstream.engine.runtime import DONE, PipelineError, StageFeeds, StageMessage
 from profstream.errors import DecodeError, ProfstreamError
-from profstream.workers import BatchPipe, Worker, WorkerError, can_fork
+from profstream.workers import BatchPipe, PipeReader, Worker, WorkerError, can_fork, send_messages
 
 pytestmark = pytest.mark.skipif(not can_fork(), reason="needs fork")
 
@@ -199,3 +200,70 @@ def test_a_worker_reading_a_pipe_whose_sender_died_fails_with_eof() -> None:
     pipe._writer.close()  # the sender's end goes away without the end marker, as when it dies
     with pytest.raises(EOFError):
         worker.wait_ran()
+
+
+def test_a_nice_worker_runs_at_a_lower_cpu_priority(tmp_path: Path) -> None:
+    seen = tmp_path / "nice"
+    worker = Worker("test-side", lambda: seen.write_text(str(os.nice(0))), lambda: None, lambda: None, nice=3)
+    worker.wait_ran()
+    worker.commit()
+    worker.result()
+    assert int(seen.read_text()) == min(os.nice(0) + 3, 19)
+
+
+def _sender(pipe: BatchPipe, messages: list[StageMessage], fail: bool = False) -> Worker[None]:
+    def run() -> None:
+        pipe.forked(sends=True)
+        if fail:
+            for name, item in messages:
+                assert isinstance(item, pa.RecordBatch)
+                pipe.send(name, item)
+            msg = "bad record"
+            raise DecodeError(msg, path="stars_soc.data", offset=128)
+        send_messages(messages, pipe)
+
+    worker: Worker[None] = Worker("test-front", run, lambda: None, lambda: None)
+    pipe.forked(sends=False)
+    return worker
+
+
+def test_a_pipe_reader_gives_a_stage_s_messages_to_its_feeds() -> None:
+    """Messages of one stream wait while another is read; a watermark alone makes its feed wait at
+    that watermark; DONE ends it."""
+    first, second = (pa.record_batch({"start_ns": pa.array([k, k + 1])}) for k in (10, 20))
+    pipe = BatchPipe()
+    worker = _sender(pipe, [("a", first), ("a", 15), ("b", second), ("b", DONE), ("a", DONE)])
+    reader = PipeReader(pipe, worker.wait_ran)
+    a, b = StageFeeds(reader, ["a", "b"]).feeds
+    assert b.pull() is not None and b.pull() is None  # a's batch and watermark kept for a
+    assert (b.watermark, b.waiting) == (DONE, False)
+    got = a.pull()
+    assert got is not None and got.equals(first)
+    assert a.pull() is None and (a.watermark, a.waiting) == (15, True)
+    assert a.pull() is None and (a.watermark, a.waiting) == (DONE, False)
+    worker.wait_ran()
+    worker.commit()
+    worker.result()
+    reader.close()
+
+
+def test_a_pipe_reader_raises_what_the_sending_worker_raised() -> None:
+    pipe = BatchPipe()
+    batch = pa.record_batch({"start_ns": pa.array([1])})
+    worker = _sender(pipe, [("a", batch)], fail=True)
+    reader = PipeReader(pipe, worker.wait_ran)
+    [feed] = StageFeeds(reader, ["a"]).feeds
+    assert feed.pull() is not None
+    with pytest.raises(DecodeError, match="bad record") as raised:
+        feed.pull()
+    assert raised.value.offset == 128
+    reader.close()
+
+
+def test_stage_feeds_fail_on_a_stream_they_do_not_expect_or_one_left_unfinished() -> None:
+    with pytest.raises(PipelineError, match="sent stream 'c'"):
+        StageFeeds([("c", 5)], ["a"]).feeds[0].pull()
+    [feed] = StageFeeds([("a", 5)], ["a"]).feeds
+    assert feed.pull() is None and (feed.watermark, feed.waiting) == (5, True)
+    with pytest.raises(PipelineError, match="without finishing stream a"):
+        feed.pull()

@@ -10,10 +10,13 @@ tables; in torch_npu's, PTA memory) are split into groups (``plan.split_work``, 
 group's feeds and operators take), up to ``processes`` (``[export]``, ``--processes``; 0: one per
 usable core). The costliest group's pipeline runs here and sends its batches to a forked writer that
 renders and writes that group's outputs (a :class:`~profstream.workers.BatchPipe`), but for every
-second output that renders only at finish, which this process renders once its pipeline ends; each
-other group runs in a forked worker of its own (:mod:`profstream.workers`). Every part renders its
-files under temporary names when its pipeline ends, and all rename them together. With
-``processes`` 1 everything runs here.
+second output that renders only at finish, which this process renders once its pipeline ends. The
+first stage of that pipeline (task pairing and API events, ``Planner.front``) runs in a forked worker
+too and sends its streams here; with ``processes`` 1 it runs here as a stage of its own, so the rest
+of the pipeline reads the same batches and one process writes the same files as several. Each other
+group runs in a forked worker of its own (:mod:`profstream.workers`), at a lower CPU priority: this
+group's processes are the longest path. Every part renders its files under temporary names when its
+pipeline ends, and all rename them together. With ``processes`` 1 everything runs here.
 
 ``--model-id/--iteration-id`` (msprof_outputs.md §4b): the iterations are read first (a small
 pipeline of the step tables); the window is from the end of the last iteration (of any model) that
@@ -27,6 +30,7 @@ iteration; a choice for one consistent window).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -60,13 +64,13 @@ from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import Planner, split_work
-from profstream.engine.runtime import ADVANCE_BYTES, Emit, Operator
+from profstream.engine.runtime import ADVANCE_BYTES, Emit, Feed, Operator, StageFeeds, stage_messages
 from profstream.engine.schema import NO_ID
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
 from profstream.sinks.csv import CSV_LIMIT
-from profstream.workers import BatchPipe, Worker, can_fork
+from profstream.workers import BatchPipe, PipeReader, Worker, can_fork, send_messages
 
 #: msprof's STEP_EXPORT model id
 STEP_MODEL_ID = NO_ID
@@ -379,17 +383,20 @@ def _export_one(
     workers: list[Worker[_PartReport]] = []
     try:
         for number, part in enumerate(parts[1:], 1):
-            workers.append(_start(f"export-part-{number}", part, part.run))
+            workers.append(_start(f"export-part-{number}", part, part.run, nice=SIDE_PART_NICE))
         here = parts[0]  # the part whose outputs this process renders and commits
         if processes > 1:  # the first part's outputs are written by a worker too, fed through a pipe
-            written, here = parts[0].shared()
-            to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
-            workers.insert(0, _start("export-writer", written, lambda: written.route(to_writer.received())))
-            to_writer.forked()
-            _send(here.tee(parts[0].emits(progress)), written.sources(), to_writer, workers[0])
+            with _front(planner, parts[0], workers, fork=True) as received:
+                written, here = parts[0].shared()
+                to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
+                writer = _start("export-writer", written, lambda: written.route(to_writer.received()))
+                workers.insert(0, writer)
+                to_writer.forked()
+                _send(here.tee(parts[0].emits(progress, received)), written.sources(), to_writer, writer)
             here.finish()  # while the writer finishes its own outputs
         else:
-            here.run(progress)
+            with _front(planner, parts[0], workers, fork=False) as received:
+                here.run(progress, received)
         for worker in workers:
             worker.wait_ran()
         for worker in workers:
@@ -417,6 +424,10 @@ def _export_one(
     )
 
 
+#: how much less CPU priority a part other than the costliest takes (``os.nice``): the costliest part's
+#: pipeline, its writer and its front are the export's longest path, and the other parts have time to
+#: spare on the cores that path leaves idle (bench/README.md, "Session 20")
+SIDE_PART_NICE = 10
 #: the least raw-data work (Planner.work) that earns a group of outputs its own worker process: below
 #: it, forking and a second pipeline cost more than they save
 MIN_PART_WORK = 16 << 20
@@ -447,9 +458,9 @@ def _groups(
     return [[built[i] for i in group] for group in groups]
 
 
-def _start(name: str, part: _Part, run: Callable[[], None]) -> Worker[_PartReport]:
+def _start(name: str, part: _Part, run: Callable[[], None], *, nice: int = 0) -> Worker[_PartReport]:
     """``part`` in a forked worker that does ``run`` and then commits or aborts it on our word."""
-    worker = Worker(name, run, part.commit, part.abort)
+    worker = Worker(name, run, part.commit, part.abort, nice=nice)
     log_events.get_logger(component="export").info(
         log_events.EXPORT_PART_STARTED,
         worker=name,
@@ -457,6 +468,40 @@ def _start(name: str, part: _Part, run: Callable[[], None]) -> Worker[_PartRepor
         tables=sorted({t for output in part.outputs for t in output.tables}),
     )
     return worker
+
+
+@contextlib.contextmanager
+def _front(
+    planner: Planner, part: _Part, workers: list[Worker[_PartReport]], *, fork: bool
+) -> Iterator[list[Feed]]:
+    """The first stage of ``part``'s pipeline (:meth:`Planner.front`: task pairing, API events), its
+    streams as feeds for the rest (none if the pipeline has no such stage). With ``fork`` the stage
+    runs in a worker of its own, appended to ``workers``; else here, step by step as the rest asks.
+    The rest gets the same messages either way, so one process writes what several write."""
+    streams = planner.front(sorted(part.sources()))
+    if not streams:
+        yield []
+        return
+    if not fork:
+        yield StageFeeds(stage_messages(planner.front_pipeline(streams), streams), streams).feeds
+        return
+    pipe = BatchPipe()
+
+    def run() -> None:
+        pipe.forked(sends=True)
+        send_messages(stage_messages(planner.front_pipeline(streams), streams), pipe)
+
+    worker = Worker("export-front", run, lambda: _PartReport(paths=[], rows={}, drops=[]), lambda: None)
+    pipe.forked(sends=False)
+    workers.append(worker)
+    log_events.get_logger(component="export").info(
+        log_events.EXPORT_PART_STARTED, worker="export-front", pid=worker.pid, tables=streams
+    )
+    reader = PipeReader(pipe, worker.wait_ran)
+    try:
+        yield StageFeeds(reader, streams).feeds
+    finally:
+        reader.close()
 
 
 def _send(emits: Iterable[Emit], tables: set[str], pipe: BatchPipe, writer: Worker[_PartReport]) -> None:
@@ -496,16 +541,17 @@ class _Part:
     context: Context
     router: Router | None = None
 
-    def run(self, progress: Progress | None = None) -> None:
-        self.route(self.emits(progress))
+    def run(self, progress: Progress | None = None, received: Sequence[Feed] = ()) -> None:
+        self.route(self.emits(progress, received))
 
     def sources(self) -> set[str]:
         """The tables the part's pipeline produces for its outputs (:func:`_sources`)."""
         return _sources((t for output in self.outputs for t in output.tables), self.window)
 
-    def emits(self, progress: Progress | None = None) -> Iterator[Emit]:
-        """The batches of the tables the outputs read, from one pipeline over the collection."""
-        pipeline, streams = self.planner.pipeline(sorted(self.sources()))
+    def emits(self, progress: Progress | None = None, received: Sequence[Feed] = ()) -> Iterator[Emit]:
+        """The batches of the tables the outputs read, from one pipeline over the collection (whose
+        first stage may run in another process, ``received`` from it: :func:`_front`)."""
+        pipeline, streams = self.planner.pipeline(sorted(self.sources()), received=received)
         clock = _Span(self.planner.collection)
         for count, emit in enumerate(pipeline.run(streams)):
             yield emit

@@ -10,7 +10,10 @@ row counts, drop reports), or the error it raised, which the parent raises again
 
 The costliest group's outputs can be written by a worker too (:class:`BatchPipe`): the parent then
 only runs that group's pipeline and sends its batches, as Arrow IPC, to a child that routes them to
-the outputs, renders and commits them, so rendering no longer waits for the pipeline's core.
+the outputs, renders and commits them, so rendering no longer waits for the pipeline's core. The
+first stage of that pipeline can run in a worker too, the other way round: the worker runs a
+pipeline of its own and sends the streams it produces, with their watermarks (:func:`send_messages`),
+which the parent's pipeline reads as feeds (:class:`PipeReader`, ``runtime.StageFeeds``).
 
 Fork, not spawn: the child starts with everything imported and the collection already read, so a
 part costs no start-up. Where fork is not available, or in a daemonic process (a Dask worker, which
@@ -24,15 +27,18 @@ import fcntl
 import multiprocessing
 import os
 import pickle
+import queue
 import signal
+import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, Generic, TypeVar
 
+import msgspec
 import pyarrow as pa
 
-from profstream.engine.runtime import ipc_stream
+from profstream.engine.runtime import StageMessage, ipc_stream
 from profstream.errors import ProfstreamError
 
 T = TypeVar("T")
@@ -43,6 +49,8 @@ _RAN, _COMMITTED, _FAILED = "ran", "committed", "failed"
 _COMMIT, _ABORT = "commit", "abort"
 #: the pipe buffer a BatchPipe asks for (Linux's default limit for unprivileged processes)
 PIPE_BYTES = 1 << 20
+#: the messages (a batch, or one stream's watermark) a PipeReader reads ahead of its pipeline
+READ_AHEAD = 4
 
 
 class WorkerError(ProfstreamError, RuntimeError):
@@ -86,11 +94,15 @@ def _child(
     run: Callable[[], None],
     commit: Callable[[], Any],
     abort: Callable[[], None],
+    *,
+    nice: int,
 ) -> None:
     # Ctrl+C reaches the parent too, which stops its children with SIGTERM; SIGTERM stops the run
     # with an exception, so the part removes its files before it exits
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop)
+    if nice:
+        os.nice(nice)
     try:
         run()
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # from here on the parent's word decides
@@ -114,7 +126,8 @@ def _child(
 
 class Worker(Generic[T]):
     """One part in a forked child: ``run`` there at once, then ``commit`` (its result comes back) or
-    ``abort`` on the parent's word."""
+    ``abort`` on the parent's word. A ``nice`` child yields the CPU to the others (``os.nice``): a part
+    that is not on the export's longest path then takes the cores the others leave idle."""
 
     def __init__(
         self,
@@ -122,11 +135,17 @@ class Worker(Generic[T]):
         run: Callable[[], None],
         commit: Callable[[], T],
         abort: Callable[[], None],
+        *,
+        nice: int = 0,
     ) -> None:
         context = multiprocessing.get_context("fork")
         self._conn, child_end = context.Pipe()
         self._process = context.Process(
-            target=_child, args=(child_end, os.getpid(), run, commit, abort), name=name, daemon=True
+            target=_child,
+            args=(child_end, os.getpid(), run, commit, abort),
+            kwargs={"nice": nice},
+            name=name,
+            daemon=True,
         )
         with warnings.catch_warnings():
             # Python 3.12+ warns when a process with threads forks; ours are Arrow's thread pools,
@@ -187,13 +206,14 @@ class Worker(Generic[T]):
 
 
 class BatchPipe:
-    """Named Arrow record batches from this process to one forked worker, each an Arrow IPC stream
-    of its own (its schema and dictionaries with it) over a one-way pipe.
+    """Named Arrow record batches, and the watermarks of their streams, one way between this process
+    and one forked worker, each batch an Arrow IPC stream of its own (its schema and dictionaries with
+    it) over a pipe.
 
     A send blocks while the pipe is full, which is the back-pressure that keeps the memory of both
-    sides bounded. Make the pipe, then fork its worker, then call :meth:`forked`; fork no other
-    process while it is open, or the other process holds its ends too and a dead reader or writer
-    goes unnoticed.
+    sides bounded. Make the pipe, then fork its worker, then call :meth:`forked` in this process (and
+    in the worker, if the worker sends); fork no other process before that, or the other process holds
+    the sending end too and a dead sender goes unnoticed.
     """
 
     def __init__(self) -> None:
@@ -202,25 +222,98 @@ class BatchPipe:
             with contextlib.suppress(OSError):  # above the system's limit: keep the default
                 fcntl.fcntl(self._writer.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
-    def forked(self) -> None:
-        """In the sender, once the worker is forked: only the worker reads."""
-        self._reader.close()
+    def forked(self, *, sends: bool = True) -> None:
+        """Once the worker is forked, in a process that ``sends`` (else receives): close the other end."""
+        (self._reader if sends else self._writer).close()
 
     def send(self, name: str, batch: pa.RecordBatch) -> None:
-        """Raises BrokenPipeError when the worker has exited (it failed: ask its Worker why)."""
-        self._writer.send_bytes(name.encode())
+        """Raises BrokenPipeError when the receiver has exited (it failed: ask its Worker why)."""
+        self._writer.send_bytes(msgspec.msgpack.encode((name, None)))
         self._writer.send_bytes(ipc_stream(batch))
 
+    def send_mark(self, name: str, watermark: int) -> None:
+        """Nothing older than ``watermark`` will come in stream ``name`` (DONE: nothing more)."""
+        self._writer.send_bytes(msgspec.msgpack.encode((name, watermark)))
+
     def close(self) -> None:
-        """Tell the worker that nothing more comes."""
+        """Tell the receiver that nothing more comes."""
         self._writer.send_bytes(b"")
         self._writer.close()
 
-    def received(self) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """In the worker: the batches in the order sent, until the sender closes the pipe.
+    def messages(self) -> Iterator[tuple[str, pa.RecordBatch | int]]:
+        """In the receiver: each batch, or watermark, with its stream's name in the order sent, until
+        the sender closes the pipe.
 
-        Raises EOFError when the sender exited without closing it (it died or was killed).
+        Raises EOFError when the sender exited without closing it (it died, was killed, or failed).
         """
         self._writer.close()
-        while name := self._reader.recv_bytes():
-            yield name.decode(), pa.ipc.open_stream(self._reader.recv_bytes()).read_next_batch()
+        while header := self._reader.recv_bytes():
+            name, watermark = msgspec.msgpack.decode(header, type=tuple[str, int | None])
+            if watermark is None:
+                yield name, pa.ipc.open_stream(self._reader.recv_bytes()).read_next_batch()
+            else:
+                yield name, watermark
+
+    def received(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """:meth:`messages`' batches: a worker that renders outputs has no use for watermarks."""
+        for name, item in self.messages():
+            if isinstance(item, pa.RecordBatch):
+                yield name, item
+
+
+def send_messages(messages: Iterable[StageMessage], pipe: BatchPipe) -> None:
+    """Send a stage's ``messages`` (:func:`~profstream.engine.runtime.stage_messages`), then close:
+    in a worker whose pipeline feeds the parent's (:class:`PipeReader`)."""
+    for name, item in messages:
+        if isinstance(item, pa.RecordBatch):
+            pipe.send(name, item)
+        else:
+            pipe.send_mark(name, item)
+    pipe.close()
+
+
+class PipeReader:
+    """The messages a worker's stage sends (:func:`send_messages`), read ahead by a thread, up to
+    :data:`READ_AHEAD` of them: the worker does not stop at each batch until the parent's pipeline asks
+    for it, and the pipeline finds the batch here when it does. ``sender_failed`` raises why the
+    worker stopped when the pipe ends early. :meth:`close` stops the reader (the export does, whatever
+    happened).
+    """
+
+    def __init__(self, pipe: BatchPipe, sender_failed: Callable[[], None]) -> None:
+        self._sender_failed = sender_failed
+        self._queue: queue.Queue[StageMessage | BaseException | None] = queue.Queue(READ_AHEAD)
+        self._closed = threading.Event()
+        self._reader = threading.Thread(target=self._read, args=(pipe,), name="pipe-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self, pipe: BatchPipe) -> None:
+        try:
+            for message in pipe.messages():
+                if not self._put(message):
+                    return
+            self._put(None)
+        except (EOFError, OSError) as error:
+            self._put(error)
+
+    def _put(self, item: StageMessage | BaseException | None) -> bool:
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=_PARENT_CHECK_S)
+            except queue.Full:
+                continue
+            return True
+        return False
+
+    def __iter__(self) -> Iterator[StageMessage]:
+        while (message := self._queue.get()) is not None:
+            if isinstance(message, BaseException):
+                self._sender_failed()  # raises what the worker raised
+                msg = "the pipeline worker closed its pipe before it finished"
+                raise WorkerError(msg) from message
+            yield message
+
+    def close(self) -> None:
+        """Stop reading ahead. The reader thread ends at its next message, or when the worker's end
+        of the pipe closes; it is not waited for, as a worker that still runs may send nothing soon."""
+        self._closed.set()

@@ -16,9 +16,10 @@ import profstream
 from profstream.engine.discovery import Profile
 from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner, split_work
-from profstream.engine.runtime import Pipeline
+from profstream.engine.runtime import Feed, Pipeline, StageFeeds, stage_messages
 from profstream.engine.schema import NO_ID
 from profstream.simulate import SimulationConfig, simulate
+from profstream.workers import BatchPipe, PipeReader, Worker, send_messages
 
 
 @pytest.fixture(scope="module", params=["910A", "910B"])
@@ -234,6 +235,60 @@ def test_ops_without_flows_read_no_device_data_and_are_the_same_rows(run: tuple[
     assert rows_alone["ops"] and rows_alone["memory"] and rows_alone["memory_record"]
     assert rows_alone == rows_whole
     assert set(planner.work(["memory"])).isdisjoint(planner.work(["tasks"]))
+
+
+def test_the_first_stage_in_a_process_of_its_own_gives_the_same_rows(run: tuple[Path, Path]) -> None:
+    """Task pairing and API events (Planner.front) run in a forked worker that sends its streams and
+    their watermarks; the rest of the pipeline reads them as feeds and makes the same rows, and the
+    same batches as when the stage runs in this process."""
+    collection = profstream.open(run[0]).collections[0]
+    planner = Planner(collection, chunk_bytes=4096)
+    tables = ["tasks", "comm", "task_rows", "op_statistic", "api_statistic", "overlap"]
+    front = planner.front(tables)
+    assert sorted(front) == ["api", "api_progress", "device_tasks@0"]
+    pipe = BatchPipe()
+
+    def send() -> None:
+        pipe.forked(sends=True)
+        send_messages(stage_messages(planner.front_pipeline(front), front), pipe)
+
+    worker = Worker("front", send, lambda: None, lambda: None)
+    pipe.forked(sends=False)
+    reader = PipeReader(pipe, worker.wait_ran)
+    rest, wanted = planner.pipeline(tables, received=StageFeeds(reader, front).feeds)
+    assert not {"DeviceTasks", "ApiEvents"} & {type(op).__name__ for op in rest.operators}
+    assert not {"api_event", "stars_soc@0", "hwts@0"} & set(rest.feeds)  # read by the worker only
+    split = _drain(rest, wanted)[0]
+    worker.commit()
+    worker.result()
+    reader.close()
+    # the same stage run here, as the rest asks, gives the same batches
+    here = StageFeeds(stage_messages(planner.front_pipeline(front), front), front)
+    staged, staged_wanted = planner.pipeline(tables, received=here.feeds)
+    assert [(n, b.to_pylist()) for n, b in _drain(staged, staged_wanted)[0]] == [
+        (n, b.to_pylist()) for n, b in split
+    ]
+    whole, whole_wanted = planner.pipeline(tables)
+    split_rows = _rows(split)
+    assert split_rows == _rows(_drain(whole, whole_wanted)[0])
+    assert split_rows["tasks@0"] and split_rows["task_rows@0"] and split_rows["overlap@0"]
+
+
+def test_no_first_stage_apart_where_the_rest_reads_a_task_log_too(tmp_path: Path) -> None:
+    """The L2 cache feed follows the task log, so its pipeline reads that log: a front would decode
+    it a second time. The step tags, which the steps read too, are small enough to read twice."""
+    config = SimulationConfig(chip="910B", steps=2, ops_per_step=48, framework="torch_npu", l2_cache=True)
+    simulate(config, tmp_path / "raw", tmp_path / "truth")
+    planner = Planner(profstream.open(tmp_path / "raw").collections[0])
+    assert planner.front(["l2_cache", "tasks"]) == []
+    assert "device_tasks@0" in planner.front(["tasks"])
+    assert "device_tasks@0" in planner.front(["tasks", "steps"])
+    rest, _ = planner.pipeline(
+        ["tasks", "steps"],
+        received=[Feed(name, iter(()), "start_ns") for name in planner.front(["tasks", "steps"])],
+    )
+    assert "ts_track@0" in rest.feeds and "stars_soc@0" not in rest.feeds
+    assert planner.front(["memory_record"]) == []  # no task pairing or API events to move
 
 
 def test_split_work_keeps_shared_pipelines_together_and_moves_the_rest() -> None:

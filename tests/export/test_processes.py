@@ -73,12 +73,12 @@ def test_worker_processes_write_what_one_process_writes(
     alone = run(1, tmp_path / "one")
     assert not workers
     split = run(2, tmp_path / "two")
-    # the writer of the first group's outputs, and a part for another group: msprof: GE memory and
-    # step trace share no pipeline with the task outputs; torch_npu: operator_memory and
-    # memory_record (the op tree without the kernels' flows), or with the timeline, which wants the
-    # flows, npu_module_mem alone (tiny, but no least size here); parquet (one output per table):
-    # the memory tables' datasets
-    assert len(workers) == 2
+    # the writer of the first group's outputs, the first stage of its pipeline (task pairing, API
+    # events), and a part for another group: msprof: GE memory and step trace share no pipeline with
+    # the task outputs; torch_npu: operator_memory and memory_record (the op tree without the
+    # kernels' flows), or with the timeline, which wants the flows, npu_module_mem alone (tiny, but
+    # no least size here); parquet (one output per table): the memory tables' datasets
+    assert len(workers) == 3
     assert _files(split, tmp_path / "two") == _files(alone, tmp_path / "one")
     assert split.collections[0].rows == alone.collections[0].rows
     assert not [p for p in (tmp_path / "two").rglob(".*")]  # no spool or temporary file left
@@ -93,7 +93,8 @@ def test_torch_npu_memory_outputs_run_apart_from_the_task_outputs(
     with capture_logs() as logs:
         export(torch_run.raw, kind="summary", layout="torch_npu", output=tmp_path / "out", settings=settings)
     parts = {e["worker"]: set(e["tables"]) for e in logs if e["event"] == events.EXPORT_PART_STARTED}
-    assert parts.keys() == {"export-writer", "export-part-1"}
+    assert parts.keys() == {"export-writer", "export-part-1", "export-front"}
+    assert parts["export-front"] == {"device_tasks@0", "api", "api_progress"}
     assert {"memory", "memory_record"} <= parts["export-part-1"]
     assert "task_rows" not in parts["export-part-1"]
     assert "task_rows" in parts["export-writer"] and "memory" not in parts["export-writer"]
@@ -144,6 +145,7 @@ def _corrupted(run: Run, tmp_path: Path, pattern: str) -> tuple[Path, Path]:
     [
         "host/data/*task_memory_info.slice_*[0-9]",  # read by the worker (memory outputs)
         "host/data/*task_track.slice_*[0-9]",  # read by the parent (task outputs, sent to the writer)
+        "host/data/*api_event.data.slice_*[0-9]",  # read by the front (API events, sent to the parent)
     ],
 )
 def test_a_corrupt_record_in_any_part_fails_the_export_and_leaves_no_file(
@@ -154,7 +156,7 @@ def test_a_corrupt_record_in_any_part_fails_the_export_and_leaves_no_file(
     with pytest.raises(DecodeError, match=re.escape(victim.name)) as raised:
         export(raw, kind="summary", output=out, settings=ExportSettings(processes=2))
     assert raised.value.offset == 0
-    assert len(workers) == 2
+    assert len(workers) == 3
     assert not [p for p in out.rglob("*") if p.is_file()]
     assert not [p for p in out.rglob(".spool-*")]
 
@@ -189,6 +191,25 @@ def test_a_failure_in_the_writer_process_fails_the_export_and_leaves_no_file(
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="the writer broke"):
         export(torch_run.raw, kind="summary", output=out, settings=ExportSettings(processes=2))
-    assert len(workers) == 2
+    assert len(workers) == 3
     assert not [p for p in out.rglob("*") if p.is_file()]
     assert not [p for p in out.rglob(".spool-*")]
+
+
+def test_only_the_parts_off_the_longest_path_run_at_a_lower_priority(
+    torch_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task pipeline, its writer and its first stage are the export's longest path; the memory
+    part yields them the CPU (export.SIDE_PART_NICE)."""
+    monkeypatch.setattr(export_module, "MIN_PART_WORK", 0)
+    nice: dict[str, int] = {}
+
+    class Recorded(Worker[Any]):
+        def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
+            super().__init__(name, *args, **kwargs)
+            nice[name] = kwargs.get("nice", 0)
+
+    monkeypatch.setattr(export_module, "Worker", Recorded)
+    export(torch_run.raw, kind="summary", output=tmp_path / "out", settings=ExportSettings(processes=2))
+    assert nice == {"export-part-1": export_module.SIDE_PART_NICE, "export-writer": 0, "export-front": 0}
+    assert export_module.SIDE_PART_NICE > 0

@@ -26,6 +26,9 @@ FrameworkOps -> ops, flows (``tasks`` only where flows are wanted); ops, flows, 
 OperatorDetails -> operator_details;
 torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
 
+An export may run the first stage, task pairing and API events, in a process of its own
+(:meth:`Planner.front`), whose streams the rest of the pipeline reads as feeds.
+
 Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
 the 60000/60001 step markers, else model iterations.
 """
@@ -98,6 +101,9 @@ _FRAMEWORK_FEEDS = ("torch_op_range", "torch_op_mark", "torch_memory_usage")
 #: and not by the run's length. A longer op is emitted late and counted; a ProfilerStep longer than
 #: this (a common case) stays a root and a step (FrameworkOps ``late_steps``).
 FRAMEWORK_REORDER_NS = 1_000_000_000
+#: the most a front stage (:meth:`Planner.front`) may make the pipeline decode twice, as a share of
+#: the raw bytes the front reads: step tags (a hundredth of the device data in a simulated run) may be
+FRONT_TWICE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,12 +316,41 @@ class Planner:
             names += [at(table, d) for d in self.devices] if per_device else [table]
         return names
 
-    def pipeline(self, tables: Iterable[str]) -> tuple[Pipeline, list[str]]:
-        """A pipeline producing ``tables`` and the streams of them it actually produces."""
-        kept, feeds, wanted = self._needed(tables)
+    def pipeline(self, tables: Iterable[str], *, received: Sequence[Feed] = ()) -> tuple[Pipeline, list[str]]:
+        """A pipeline producing ``tables`` and the streams of them it actually produces. The streams of
+        ``received`` come from those feeds instead of the operators that would produce them here
+        (:meth:`front`)."""
+        provided = {feed.name: feed for feed in received}
+        kept, feeds, wanted = self._needed(tables, provided=set(provided))
+        return self._build(kept, feeds, provided), wanted
+
+    def front(self, tables: Iterable[str]) -> list[str]:
+        """The first stage of a pipeline for ``tables`` that can run as a pipeline of its own
+        (:meth:`front_pipeline`) in another process: the streams of task pairing (``device_tasks@d``,
+        from the device task logs and PMU records) and of the API events (``api``, ``api_progress``),
+        about a quarter of the msprof layout's task pipeline, which go to the rest as small tables.
+        A feed both read (step tags, which the steps read too) is decoded twice; none when that would
+        be more than :data:`FRONT_TWICE` of the front's raw bytes (an L2 cache feed follows the task
+        log, which the rest would then read whole)."""
+        kept, _, _ = self._needed(tables)
+        streams = [name for op in kept if isinstance(op, DeviceTasks | ApiEvents) for name in op.outputs]
+        if not streams:
+            return []
+        _, rest, _ = self._needed(tables, provided=set(streams))
+        _, own, _ = self._walk(self._operators(), streams)
+        twice = sum(self._feed_bytes(name) for name in rest & own)
+        return [] if twice > FRONT_TWICE * sum(self._feed_bytes(name) for name in own) else streams
+
+    def front_pipeline(self, streams: Sequence[str]) -> Pipeline:
+        """The pipeline producing the :meth:`front` ``streams``."""
+        kept, feeds, _ = self._walk(self._operators(), list(streams))
+        return self._build(kept, feeds, {})
+
+    def _build(self, kept: list[Operator], feeds: set[str], provided: Mapping[str, Feed]) -> Pipeline:
         # leaders first, then by name: a set iterates in hash order, which differs from run to run
-        ordered = sorted(feeds, key=lambda n: (self._feeds[n].follows is not None, n))
-        return Pipeline([self._open_feed(n) for n in ordered], kept, advance_bytes=self.advance_bytes), wanted
+        ordered = sorted(feeds - set(provided), key=lambda n: (self._feeds[n].follows is not None, n))
+        opened = [self._open_feed(n) for n in ordered] + [provided[n] for n in sorted(feeds & set(provided))]
+        return Pipeline(opened, kept, advance_bytes=self.advance_bytes)
 
     def work(self, tables: Iterable[str]) -> dict[str, int]:
         """What producing ``tables`` costs, to split an export across processes: every feed read and
@@ -324,11 +359,14 @@ class Planner:
         derived streams, statistics, cost nothing). Keys name the feed or operator, so the work two
         table sets share has the same keys in both."""
         kept, feeds, _ = self._needed(tables)
-        size = {name: sum(self._bytes(s) for s in self._streams_of(name)) for name in feeds}
+        size = {name: self._feed_bytes(name) for name in feeds}
         work = {f"feed {name}": bytes_ for name, bytes_ in size.items()}
         for op in kept:
             work[f"op {type(op).__name__} -> {','.join(op.outputs)}"] = sum(size.get(i, 0) for i in op.inputs)
         return work
+
+    def _feed_bytes(self, feed: str) -> int:
+        return sum(self._bytes(s) for s in self._streams_of(feed))
 
     def _streams_of(self, feed: str) -> list[Stream]:
         spec = self._feeds[feed]
@@ -338,18 +376,21 @@ class Planner:
     def _bytes(stream: Stream) -> int:
         return sum(f.path.stat().st_size for f in stream.files)
 
-    def _needed(self, tables: Iterable[str]) -> tuple[list[Operator], set[str], list[str]]:
+    def _needed(
+        self, tables: Iterable[str], *, provided: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[list[Operator], set[str], list[str]]:
         """The operators and feeds ``tables`` need, and the wanted streams the plan can produce."""
         names = self.streams(tables)
-        kept, feeds, wanted = self._walk(self._operators(), names)
+        kept, feeds, wanted = self._walk(self._operators(), names, provided)
         if "flows" not in wanted and not any("flows" in op.inputs for op in kept):
-            kept, feeds, wanted = self._walk(self._operators(npu_flows=False), names)
+            kept, feeds, wanted = self._walk(self._operators(npu_flows=False), names, provided)
         return kept, feeds, wanted
 
     def _walk(
-        self, operators: list[Operator], names: list[str]
+        self, operators: list[Operator], names: list[str], provided: set[str] | frozenset[str] = frozenset()
     ) -> tuple[list[Operator], set[str], list[str]]:
-        """The operators and feeds producing ``names`` need (walking back from them to the feeds)."""
+        """The operators and feeds producing ``names`` need (walking back from them to the feeds, or to
+        the ``provided`` streams, which count as feeds)."""
         producer = {name: op for op in operators for name in op.outputs}
         wanted = [s for s in names if s in producer]
         needed: dict[int, Operator] = {}
@@ -357,6 +398,9 @@ class Planner:
         todo = list(wanted)
         while todo:
             name = todo.pop()
+            if name in provided:
+                feeds.add(name)
+                continue
             if name in self._feeds:
                 feeds.add(name)
                 follows = self._feeds[name].follows

@@ -37,7 +37,14 @@ Live feeds (the daemon's follow mode): a feed whose input is still being written
 :data:`WAIT` when it has nothing new yet. It keeps its watermark and is not exhausted; the
 pipeline then pulls the next-lowest feed that has data (a timeless follower never goes ahead of a
 waiting leader) and :attr:`Pipeline.stalled` says when every live feed is waiting, so the caller
-can sleep and poll again.
+can sleep and poll again. A waiting feed may still move its watermark (a stage's feed reports the
+watermarks of the stage's pipeline, :class:`StageFeeds`): each step takes every live feed's
+watermark as it is.
+
+Stages: a pipeline's first operators can run as a pipeline of their own (an export runs it in
+another process), whose output streams and their watermarks (:func:`stage_messages`) the rest of
+the pipeline reads as feeds (:class:`StageFeeds`). The messages are the same wherever the stage runs,
+so the rest pulls, advances and emits the same batches.
 
 Snapshots: :meth:`Pipeline.snapshot` captures every feed's read position and every operator's
 state; a pipeline built the same way and restored from it continues with exactly the output the
@@ -49,6 +56,7 @@ state is the same.
 from __future__ import annotations
 
 import abc
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +170,70 @@ class Feed:
         return None
 
 
+#: what a stage sends: a batch of one of its streams, or that stream's watermark (DONE: its end)
+StageMessage = tuple[str, pa.RecordBatch | int]
+
+
+def stage_messages(pipeline: Pipeline, streams: Sequence[str]) -> Iterator[StageMessage]:
+    """Run a stage's ``pipeline`` to the end: the batches of ``streams`` and, after each step, the
+    watermark of each that moved (module docstring, "Stages")."""
+    wanted = set(streams)
+    sent = dict.fromkeys(streams, int(START))
+    while not pipeline.finished:
+        for name, batch in pipeline.step():
+            if name in wanted:
+                yield name, batch
+        for name in streams:
+            if (mark := pipeline.mark(name)) != sent[name]:
+                yield name, mark
+                sent[name] = mark
+
+
+class StageFeeds:
+    """A stage's ``streams``, from its ``messages``, as feeds of the rest of the pipeline.
+
+    Each feed yields its stream's batches and takes the watermarks the stage gave it; a watermark
+    alone makes the feed wait (:data:`WAIT`'s meaning), so the pipeline goes on with its other feeds
+    at the new watermark. Reading one feed's next item takes messages until it comes, keeping those
+    of the other streams (the stage sends in its own watermark order, so that is a batch or two).
+    """
+
+    def __init__(self, messages: Iterable[StageMessage], streams: Sequence[str]) -> None:
+        self._messages = iter(messages)
+        self._pending: dict[str, deque[pa.RecordBatch | int]] = {name: deque() for name in streams}
+        self.feeds: list[Feed] = [_StageFeed(name, iter(()), "start_ns", source=self) for name in streams]
+
+    def next(self, name: str) -> pa.RecordBatch | int:
+        """The next batch or watermark of stream ``name``."""
+        pending = self._pending[name]
+        while not pending:
+            message = next(self._messages, None)
+            if message is None:
+                msg = f"the stage ended without finishing stream {name}"
+                raise PipelineError(msg)
+            stream, item = message
+            if stream not in self._pending:
+                msg = f"the stage sent stream {stream!r}, expected one of {sorted(self._pending)}"
+                raise PipelineError(msg)
+            self._pending[stream].append(item)
+        return pending.popleft()
+
+
+@dataclass
+class _StageFeed(Feed):
+    source: StageFeeds | None = None
+
+    def pull(self) -> pa.RecordBatch | None:
+        assert self.source is not None
+        item = self.source.next(self.name)
+        if isinstance(item, pa.RecordBatch):
+            self.waiting = False
+            return item
+        self.watermark = item
+        self.waiting = item != DONE
+        return None
+
+
 class PipelineError(ProfstreamError):
     """A pipeline wired wrongly: an input nobody produces, two producers of one stream, a cycle."""
 
@@ -209,6 +281,10 @@ class Pipeline:
     def streams(self) -> tuple[str, ...]:
         return tuple(self._marks)
 
+    def mark(self, stream: str) -> int:
+        """The watermark of ``stream`` now: nothing older will come out of it."""
+        return int(self._marks[stream])
+
     def run(self, wanted: Iterable[str] | None = None) -> Iterator[Emit]:
         """Drive the pipeline to the end, yielding batches of the ``wanted`` streams (all if None)."""
         keep = set(self._marks) if wanted is None else set(wanted)
@@ -228,6 +304,8 @@ class Pipeline:
         out: list[Emit] = []
         if live:
             feed, batch = self._pull(live)
+            for moved in live:  # a waiting feed may have moved its watermark (module docstring)
+                self._marks[moved.name] = moved.watermark
             if feed is None:
                 self._stalled = True
                 self._advance(out)  # what was read before the wait goes out now

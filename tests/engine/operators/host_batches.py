@@ -187,8 +187,9 @@ def device_tasks(
     *,
     device: int = 0,
     metrics: dict[str, list[float]] | None = None,
+    contexts: Sequence[int] | None = None,
 ) -> pa.RecordBatch:
-    """device_tasks rows (stream, task, batch, start, end) of ``device``, context NO_ID."""
+    """device_tasks rows (stream, task, batch, start, end) of ``device``, context NO_ID unless given."""
     stream, task, batch, start, end = (list(c) for c in zip(*rows, strict=True))
     n = len(rows)
     metrics = metrics or {}
@@ -199,7 +200,9 @@ def device_tasks(
             "stream_id": pa.array(stream),
             "task_id": pa.array(task),
             "batch_id": pa.array(batch),
-            "context_id": pa.array(np.full(n, schema.NO_ID)),
+            "context_id": pa.array(
+                np.full(n, schema.NO_ID) if contexts is None else list(contexts), pa.int64()
+            ),
             "start_ns": pa.array(start),
             "end_ns": pa.array(end),
             "device_task_type": pa.array(["AI_CORE"] * n),

@@ -304,6 +304,20 @@ def test_a_device_task_waits_until_its_launch_api_has_ended() -> None:
     assert join.output_watermark(800) == 800
 
 
+def test_a_task_row_goes_out_in_one_batch_with_its_sub_task_rows() -> None:
+    """A MIX task's whole-task row (context NO_ID) and its context rows leave together, whatever the
+    watermark: op_summary drops the whole-task row only when a batch holds both."""
+    join = HostJoin(0, NAMES, streamed=("node_basic_info",))
+    join.push("task_track", launches([(T, 100, 2, 7, 0, AICORE), (T, 110, 2, 8, 0, AICORE)]))
+    mix = [(2, 7, 0, 500, 600), (2, 7, 0, 520, 560), (2, 7, 0, 540, 590), (2, 8, 0, 610, 620)]
+    join.push("device_tasks@0", device_tasks(mix, contexts=[schema.NO_ID, 0, 1, schema.NO_ID]))
+    assert join.advance(530) == []  # the second context starts at 540: the task waits, and what follows
+    assert join.output_watermark(530) == 500
+    first = table(join.advance(605), "tasks@0")
+    assert rows(first, "start_ns", "context_id") == [(500, schema.NO_ID), (520, 0), (540, 1)]
+    assert rows(table(join.advance(DONE), "tasks@0"), "start_ns") == [(610,)]
+
+
 def test_state_stays_bounded_to_one_launch_per_task_id() -> None:
     join = HostJoin(0, NAMES, streamed=("node_basic_info",))
     for step in range(5):

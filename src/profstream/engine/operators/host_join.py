@@ -492,7 +492,7 @@ class HostJoin(Operator):
         self._describe_ready(located, watermark)
         times = column(self._launches, "time_ns")
         until = min(watermark, int(times.min())) if len(times) else watermark
-        out = self._join(column(self._device, "start_ns") <= until)
+        out = self._join(self._whole_tasks(column(self._device, "start_ns") <= until))
         if (until, located) != self._evicted_at:
             self._evict(until, located)
         return out
@@ -676,6 +676,23 @@ class HostJoin(Operator):
                 texts[f"{prefix}_{name}"] = _join_lists(values, wanted_group[sel], len(used), ";")
         launch_slot = np.where(pick >= 0, slot[np.maximum(pick, 0)], -1)
         return {name: encode(texts[name], launch_slot) for name in TENSOR_COLUMNS}
+
+    def _whole_tasks(self, ready: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+        """``ready`` without the rows from the first task row on whose sub-task rows (a MIX or FFTS+
+        task's contexts, with its stream, task and batch id) are not all ready: op_summary and the
+        timeline leave such a task row out only when one batch holds it and a sub-task row
+        (statistics.sub_task_parents), and the rows go out in start order."""
+        device = self._device
+        sub = column(device, "context_id") != schema.NO_ID
+        late = sub & ~ready
+        if not late.any():
+            return ready
+        keys = task_key(column(device, "stream_id"), column(device, "task_id"), column(device, "batch_id"))
+        split = ready & ~sub & np.isin(keys, keys[late])
+        if not split.any():
+            return ready
+        starts = column(device, "start_ns")
+        return np.asarray(ready & (starts < starts[split].min()), np.bool_)
 
     def _join(self, ready: npt.NDArray[np.bool_]) -> list[Emit]:
         """Emit the ``ready`` device tasks with the latest described launch of their key before them."""
