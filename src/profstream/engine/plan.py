@@ -26,7 +26,7 @@ FrameworkOps -> ops, flows (``tasks`` only where flows are wanted); ops, flows, 
 OperatorDetails -> operator_details;
 torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
 
-An export may run the first stage, task pairing and API events, in a process of its own
+An export may run the first stage, task pairing, API events and step tags, in a process of its own
 (:meth:`Planner.front`), whose streams the rest of the pipeline reads as feeds.
 
 Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
@@ -101,9 +101,6 @@ _FRAMEWORK_FEEDS = ("torch_op_range", "torch_op_mark", "torch_memory_usage")
 #: and not by the run's length. A longer op is emitted late and counted; a ProfilerStep longer than
 #: this (a common case) stays a root and a step (FrameworkOps ``late_steps``).
 FRAMEWORK_REORDER_NS = 1_000_000_000
-#: the most a front stage (:meth:`Planner.front`) may make the pipeline decode twice, as a share of
-#: the raw bytes the front reads: step tags (a hundredth of the device data in a simulated run) may be
-FRONT_TWICE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,20 +323,21 @@ class Planner:
 
     def front(self, tables: Iterable[str]) -> list[str]:
         """The first stage of a pipeline for ``tables`` that can run as a pipeline of its own
-        (:meth:`front_pipeline`) in another process: the streams of task pairing (``device_tasks@d``,
-        from the device task logs and PMU records) and of the API events (``api``, ``api_progress``),
-        about a quarter of the msprof layout's task pipeline, which go to the rest as small tables.
-        A feed both read (step tags, which the steps read too) is decoded twice; none when that would
-        be more than :data:`FRONT_TWICE` of the front's raw bytes (an L2 cache feed follows the task
-        log, which the rest would then read whole)."""
+        (:meth:`front_pipeline`) in another process: the streams of the operators that read only raw
+        records, task pairing (``device_tasks@d``, from the device task logs and PMU records), the API
+        events (``api``, ``api_progress``) and the step tags (``steps@d``), about a quarter of the
+        msprof layout's task pipeline, which go to the rest as small tables. None when the rest reads
+        one of the front's feeds itself (an L2 cache feed follows the task log): that feed would then
+        be decoded twice.
+        """
         kept, _, _ = self._needed(tables)
-        streams = [name for op in kept if isinstance(op, DeviceTasks | ApiEvents) for name in op.outputs]
+        front = [op for op in kept if isinstance(op, DeviceTasks | ApiEvents | Steps)]
+        streams = [name for op in front for name in op.outputs]
         if not streams:
             return []
         _, rest, _ = self._needed(tables, provided=set(streams))
         _, own, _ = self._walk(self._operators(), streams)
-        twice = sum(self._feed_bytes(name) for name in rest & own)
-        return [] if twice > FRONT_TWICE * sum(self._feed_bytes(name) for name in own) else streams
+        return [] if rest & own else streams
 
     def front_pipeline(self, streams: Sequence[str]) -> Pipeline:
         """The pipeline producing the :meth:`front` ``streams``."""
