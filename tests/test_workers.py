@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -211,7 +214,11 @@ def test_a_nice_worker_runs_at_a_lower_cpu_priority(tmp_path: Path) -> None:
     assert int(seen.read_text()) == min(os.nice(0) + 3, 19)
 
 
-def _sender(pipe: BatchPipe, messages: list[StageMessage], fail: bool = False) -> Worker[None]:
+@contextlib.contextmanager
+def _sending(pipe: BatchPipe, messages: list[StageMessage], fail: bool = False) -> Iterator[Worker[None]]:
+    """A worker that sends ``messages`` (then fails, with ``fail``); aborted at the end, so a failed
+    assertion leaves no child waiting for its word."""
+
     def run() -> None:
         pipe.forked(sends=True)
         if fail:
@@ -224,7 +231,10 @@ def _sender(pipe: BatchPipe, messages: list[StageMessage], fail: bool = False) -
 
     worker: Worker[None] = Worker("test-front", run, lambda: None, lambda: None)
     pipe.forked(sends=False)
-    return worker
+    try:
+        yield worker
+    finally:
+        worker.abort()
 
 
 def test_a_pipe_reader_gives_a_stage_s_messages_to_its_feeds() -> None:
@@ -232,32 +242,34 @@ def test_a_pipe_reader_gives_a_stage_s_messages_to_its_feeds() -> None:
     that watermark; DONE ends it."""
     first, second = (pa.record_batch({"start_ns": pa.array([k, k + 1])}) for k in (10, 20))
     pipe = BatchPipe()
-    worker = _sender(pipe, [("a", first), ("a", 15), ("b", second), ("b", DONE), ("a", DONE)])
-    reader = PipeReader(pipe, worker.wait_ran)
-    a, b = StageFeeds(reader, ["a", "b"]).feeds
-    assert b.pull() is not None and b.pull() is None  # a's batch and watermark kept for a
-    assert (b.watermark, b.waiting) == (DONE, False)
-    got = a.pull()
-    assert got is not None and got.equals(first)
-    assert a.pull() is None and (a.watermark, a.waiting) == (15, True)
-    assert a.pull() is None and (a.watermark, a.waiting) == (DONE, False)
-    worker.wait_ran()
-    worker.commit()
-    worker.result()
-    reader.close()
+    messages: list[StageMessage] = [("a", first), ("a", 15), ("b", second), ("b", DONE), ("a", DONE)]
+    with _sending(pipe, messages) as worker:
+        readers = threading.active_count()
+        reader = PipeReader(pipe, worker.wait_ran)
+        a, b = StageFeeds(reader, ["a", "b"]).feeds
+        assert threading.active_count() == readers  # no reader thread yet: a fork now would start clean
+        assert b.pull() is not None and b.pull() is None  # a's batch and watermark kept for a
+        assert (b.watermark, b.waiting) == (DONE, False)
+        got = a.pull()
+        assert got is not None and got.equals(first)
+        assert a.pull() is None and (a.watermark, a.waiting) == (15, True)
+        assert a.pull() is None and (a.watermark, a.waiting) == (DONE, False)
+        worker.commit()
+        worker.result()
+        reader.close()
 
 
 def test_a_pipe_reader_raises_what_the_sending_worker_raised() -> None:
     pipe = BatchPipe()
     batch = pa.record_batch({"start_ns": pa.array([1])})
-    worker = _sender(pipe, [("a", batch)], fail=True)
-    reader = PipeReader(pipe, worker.wait_ran)
-    [feed] = StageFeeds(reader, ["a"]).feeds
-    assert feed.pull() is not None
-    with pytest.raises(DecodeError, match="bad record") as raised:
-        feed.pull()
-    assert raised.value.offset == 128
-    reader.close()
+    with _sending(pipe, [("a", batch)], fail=True) as worker:
+        reader = PipeReader(pipe, worker.wait_ran)
+        [feed] = StageFeeds(reader, ["a"]).feeds
+        assert feed.pull() is not None
+        with pytest.raises(DecodeError, match="bad record") as raised:
+            feed.pull()
+        assert raised.value.offset == 128
+        reader.close()
 
 
 def test_stage_feeds_fail_on_a_stream_they_do_not_expect_or_one_left_unfinished() -> None:

@@ -297,7 +297,8 @@ class PipeReader:
     :data:`READ_AHEAD` of them: the worker does not stop at each batch until the parent's pipeline asks
     for it, and the pipeline finds the batch here when it does. ``sender_failed`` raises why the
     worker stopped when the pipe ends early. :meth:`close` stops the reader (the export does, whatever
-    happened).
+    happened). The thread starts with the first message asked for, so that processes forked before
+    (the export's writer) start without it.
     """
 
     def __init__(self, pipe: BatchPipe, sender_failed: Callable[[], None]) -> None:
@@ -305,7 +306,6 @@ class PipeReader:
         self._queue: queue.Queue[StageMessage | BaseException | None] = queue.Queue(READ_AHEAD)
         self._closed = threading.Event()
         self._reader = threading.Thread(target=self._read, args=(pipe,), name="pipe-reader", daemon=True)
-        self._reader.start()
 
     def _read(self, pipe: BatchPipe) -> None:
         try:
@@ -326,6 +326,7 @@ class PipeReader:
         return False
 
     def __iter__(self) -> Iterator[StageMessage]:
+        self._reader.start()
         while (message := self._queue.get()) is not None:
             if isinstance(message, BaseException):
                 self._sender_failed()  # raises what the worker raised

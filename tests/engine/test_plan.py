@@ -255,13 +255,16 @@ def test_the_first_stage_in_a_process_of_its_own_gives_the_same_rows(run: tuple[
     worker = Worker("front", send, lambda: None, lambda: None)
     pipe.forked(sends=False)
     reader = PipeReader(pipe, worker.wait_ran)
-    rest, wanted = planner.pipeline(tables, received=StageFeeds(reader, front).feeds)
-    assert not {"DeviceTasks", "ApiEvents"} & {type(op).__name__ for op in rest.operators}
-    assert not {"api_event", "stars_soc@0", "hwts@0"} & set(rest.feeds)  # read by the worker only
-    split = _drain(rest, wanted)[0]
-    worker.commit()
-    worker.result()
-    reader.close()
+    try:
+        rest, wanted = planner.pipeline(tables, received=StageFeeds(reader, front).feeds)
+        assert not {"DeviceTasks", "ApiEvents"} & {type(op).__name__ for op in rest.operators}
+        assert not {"api_event", "stars_soc@0", "hwts@0"} & set(rest.feeds)  # read by the worker only
+        split = _drain(rest, wanted)[0]
+        worker.commit()
+        worker.result()
+    finally:
+        reader.close()
+        worker.abort()  # a failed assertion leaves no child waiting for its word
     # the same stage run here, as the rest asks, gives the same batches
     here = StageFeeds(stage_messages(planner.front_pipeline(front), front), front)
     staged, staged_wanted = planner.pipeline(tables, received=here.feeds)
