@@ -49,7 +49,7 @@ def du_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """``pid`` and its live descendants."""
     found, todo = [], [pid]
     while todo:
@@ -98,7 +98,7 @@ def _run_once(argv: list[str], module: list[str] | None, *, sample_pss: bool) ->
     def sample() -> None:
         nonlocal peak_pss
         while not done.wait(0.05):
-            peak_pss = max(peak_pss, _pss_mb(_tree(child.pid)))
+            peak_pss = max(peak_pss, _pss_mb(process_tree(child.pid)))
 
     sampler = threading.Thread(target=sample, daemon=True)
     if sample_pss:

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from macro import process_tree  # run as a script, bench/ is on the path
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -27,18 +29,6 @@ class Seen:
     last_s: float = 0.0
     cpu_s: float = 0.0
     peak_rss_mb: float = 0.0
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants, from each thread's ``children`` file."""
-    found = [pid]
-    try:
-        for thread in Path(f"/proc/{pid}/task").iterdir():
-            for child in (thread / "children").read_text().split():
-                found += _tree(int(child))
-    except OSError:
-        pass
-    return found
 
 
 def _sample(pid: int) -> tuple[float, float] | None:
@@ -65,7 +55,7 @@ def main() -> int:
     seen: dict[int, Seen] = {}
     while child.poll() is None:
         now = time.perf_counter() - started
-        for pid in _tree(child.pid):
+        for pid in process_tree(child.pid):
             sample = _sample(pid)
             if sample is None:
                 continue

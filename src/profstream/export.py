@@ -11,7 +11,7 @@ group's feeds and operators take), up to ``processes`` (``[export]``, ``--proces
 usable core). The costliest group's pipeline runs here and sends its batches to a forked writer that
 renders and writes that group's outputs (a :class:`~profstream.workers.BatchPipe`), but for every
 second output that renders only at finish, which this process renders once its pipeline ends. The
-first stage of that pipeline (task pairing and API events, ``Planner.front``) runs in a forked worker
+first stage of that pipeline (task pairing, API events and step tags, ``Planner.front``) runs in a worker
 too and sends its streams here; with ``processes`` 1 it runs here as a stage of its own, so the rest
 of the pipeline reads the same batches and one process writes the same files as several. Each other
 group runs in a forked worker of its own (:mod:`profstream.workers`), at a lower CPU priority: this
@@ -460,12 +460,24 @@ def _groups(
 
 def _start(name: str, part: _Part, run: Callable[[], None], *, nice: int = 0) -> Worker[_PartReport]:
     """``part`` in a forked worker that does ``run`` and then commits or aborts it on our word."""
-    worker = Worker(name, run, part.commit, part.abort, nice=nice)
+    tables = sorted({t for output in part.outputs for t in output.tables})
+    return _fork(name, run, part.commit, part.abort, tables, nice=nice)
+
+
+def _fork(
+    name: str,
+    run: Callable[[], None],
+    commit: Callable[[], _PartReport],
+    abort: Callable[[], None],
+    tables: Sequence[str],
+    *,
+    nice: int = 0,
+) -> Worker[_PartReport]:
+    """A forked worker doing ``run``, then ``commit`` or ``abort`` on our word; logged with the
+    ``tables`` it makes."""
+    worker = Worker(name, run, commit, abort, nice=nice)
     log_events.get_logger(component="export").info(
-        log_events.EXPORT_PART_STARTED,
-        worker=name,
-        pid=worker.pid,
-        tables=sorted({t for output in part.outputs for t in output.tables}),
+        log_events.EXPORT_PART_STARTED, worker=name, pid=worker.pid, tables=list(tables)
     )
     return worker
 
@@ -474,7 +486,8 @@ def _start(name: str, part: _Part, run: Callable[[], None], *, nice: int = 0) ->
 def _front(
     planner: Planner, part: _Part, workers: list[Worker[_PartReport]], *, fork: bool
 ) -> Iterator[list[Feed]]:
-    """The first stage of ``part``'s pipeline (:meth:`Planner.front`: task pairing, API events), its
+    """The first stage of ``part``'s pipeline (:meth:`Planner.front`: task pairing, API events, step
+    tags), its
     streams as feeds for the rest (none if the pipeline has no such stage). With ``fork`` the stage
     runs in a worker of its own, appended to ``workers``; else here, step by step as the rest asks.
     The rest gets the same messages either way, so one process writes what several write."""
@@ -491,12 +504,10 @@ def _front(
         pipe.forked(sends=True)
         send_messages(stage_messages(planner.front_pipeline(streams), streams), pipe)
 
-    worker = Worker("export-front", run, lambda: _PartReport(paths=[], rows={}, drops=[]), lambda: None)
+    nothing = _PartReport(paths=[], rows={}, drops=[])  # the stage writes no file
+    worker = _fork("export-front", run, lambda: nothing, lambda: None, streams)
     pipe.forked(sends=False)
     workers.append(worker)
-    log_events.get_logger(component="export").info(
-        log_events.EXPORT_PART_STARTED, worker="export-front", pid=worker.pid, tables=streams
-    )
     reader = PipeReader(pipe, worker.wait_ran)
     try:
         yield StageFeeds(reader, streams).feeds

@@ -357,14 +357,11 @@ class Planner:
         derived streams, statistics, cost nothing). Keys name the feed or operator, so the work two
         table sets share has the same keys in both."""
         kept, feeds, _ = self._needed(tables)
-        size = {name: self._feed_bytes(name) for name in feeds}
+        size = {name: sum(self._bytes(s) for s in self._streams_of(name)) for name in feeds}
         work = {f"feed {name}": bytes_ for name, bytes_ in size.items()}
         for op in kept:
             work[f"op {type(op).__name__} -> {','.join(op.outputs)}"] = sum(size.get(i, 0) for i in op.inputs)
         return work
-
-    def _feed_bytes(self, feed: str) -> int:
-        return sum(self._bytes(s) for s in self._streams_of(feed))
 
     def _streams_of(self, feed: str) -> list[Stream]:
         spec = self._feeds[feed]

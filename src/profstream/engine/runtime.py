@@ -201,6 +201,8 @@ class StageFeeds:
     def __init__(self, messages: Iterable[StageMessage], streams: Sequence[str]) -> None:
         self._messages = iter(messages)
         self._pending: dict[str, deque[pa.RecordBatch | int]] = {name: deque() for name in streams}
+        # a time column, so the pipeline does not take the feeds for timeless followers; their
+        # watermarks come from the stage, not from the rows
         self.feeds: list[Feed] = [_StageFeed(name, iter(()), "start_ns", source=self) for name in streams]
 
     def next(self, name: str) -> pa.RecordBatch | int:
