@@ -8,8 +8,10 @@ Two measurements, each of a ``profstream collect`` child process (start-up inclu
 * live: :func:`profstream.simulate.live` writes a 910B run at each ``--rate`` MB/s for
   ``--duration`` s while the daemon follows it. Reported: ``.done``-to-commit latency p50/p99 (the
   ``done_to_commit_s`` of ``slice_processed``), how long after the writer stopped the daemon
-  committed its last window (catch-up), and the daemon's RSS (sampled from /proc every 0.2 s: the
-  largest sample and the last). A rate is kept up with when the catch-up stays within a few commit windows.
+  committed its last window (catch-up), the daemon's own lag (``profstream_lag_seconds`` of its
+  status endpoint, read every 0.2 s: the largest reading), and its RSS (sampled from /proc every
+  0.2 s: the largest sample of any one process, the collector or its window writer, and the last
+  sample of the collector). A rate is kept up with when the lag stays within a few polls.
 
 ``python bench/daemon.py --size 200 --rate 2 --rate 5 --rate 10 --duration 30`` prints one table.
 """
@@ -20,16 +22,19 @@ import argparse
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profstream.simulate import SimulationConfig, live, simulate
+from macro import process_tree  # run as a script, bench/ is on the path
+from profstream.simulate import LiveResult, SimulationConfig, live, simulate
 
 MB = 1 << 20
 COLLECT = [sys.executable, "-c", "from profstream.cli import main; raise SystemExit(main())", "collect"]
@@ -59,6 +64,10 @@ class Run:
     end_rss_mb: float | None = None
     latencies: list[float] = field(default_factory=list)
     catch_up_s: float | None = None
+    max_lag_s: float | None = None
+    gaps: int = 0  # gap events logged (raw data lost before it was read)
+    finished: bool = False  # the last window (the collection's end) was committed
+    rss_series: list[tuple[float, float]] = field(default_factory=list)  # (s since start, largest MB)
 
 
 def _raw_bytes(root: Path) -> int:
@@ -86,25 +95,54 @@ def _events(log: Path) -> list[dict[str, object]]:
     return found
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _lag_s(port: int) -> float | None:
+    """``profstream_lag_seconds`` from the daemon's status endpoint (None while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("profstream_lag_seconds "):
+            return float(line.split()[1])
+    return None
+
+
 class Child:
-    """A ``profstream collect`` child: its log, CPU time (rusage) and RSS (sampled from /proc every 0.2 s)."""
+    """A ``profstream collect`` child: its log, CPU time (rusage, its window writer's included), RSS of
+    it and its writer and its reported lag (sampled every 0.2 s)."""
 
     def __init__(self, watch: Path, out: Path, config: Path, *flags: str) -> None:
         self.log = out.with_suffix(".log")
         self.before = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.started = time.perf_counter()
+        self.port = _free_port()
         with self.log.open("wb") as log:
-            argv = [*COLLECT, str(watch), "--output", str(out), "--config", str(config), *flags]
+            argv = [*COLLECT, str(watch), "--output", str(out), "--config", str(config)]
+            argv += ["--status-port", str(self.port), *flags]
             self.proc = subprocess.Popen(argv, stderr=log)
-        self.rss: list[float] = []
+        self.rss: list[float] = []  # the collector's
+        self.largest: list[tuple[float, float]] = []  # (s since start, largest process's RSS)
+        self.lags: list[float] = []
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
 
     def _sample(self) -> None:
         while self.proc.poll() is None:
-            rss = _rss_mb(self.proc.pid)
-            if rss is not None:
-                self.rss.append(rss)
+            sizes = [rss for pid in process_tree(self.proc.pid) if (rss := _rss_mb(pid)) is not None]
+            if sizes:
+                self.rss.append(sizes[0])
+                self.largest.append((time.perf_counter() - self.started, max(sizes)))
+            lag = _lag_s(self.port)
+            if lag is not None:
+                self.lags.append(lag)
             time.sleep(0.2)
 
     def wait(self, label: str, raw_mb: float) -> Run:
@@ -115,7 +153,16 @@ class Child:
         if self.proc.returncode != 0:
             msg = f"collect exited {self.proc.returncode}; see {self.log}"
             raise RuntimeError(msg)
-        return Run(label, raw_mb, wall, cpu, max(self.rss, default=0.0), self.rss[-1] if self.rss else None)
+        return Run(
+            label,
+            raw_mb,
+            wall,
+            cpu,
+            max((rss for _, rss in self.largest), default=0.0),
+            self.rss[-1] if self.rss else None,
+            max_lag_s=max(self.lags, default=None),
+            rss_series=list(self.largest),
+        )
 
 
 def once(work: Path, size_mb: int, config: Path, *flags: str) -> Run:
@@ -130,27 +177,38 @@ def once(work: Path, size_mb: int, config: Path, *flags: str) -> Run:
     return run
 
 
-def follow(work: Path, rate: float, duration: float, config: Path, *flags: str) -> Run:
+def follow(
+    work: Path, rate: float, duration: float, config: Path, *flags: str, storage_limit_mb: float | None = None
+) -> Run:
+    """A live run at ``rate`` MB/s for ``duration`` s, the simulated collector aging its slices under
+    ``storage_limit_mb`` (None: none aged), followed by a ``profstream collect`` child."""
     raw, out = work / f"live-{rate:g}", work / f"out-live-{rate:g}"
     cfg = SimulationConfig(chip="910B", framework="none", seed=1)
-    writer = threading.Thread(target=live, args=(cfg, raw, rate), kwargs={"duration_s": duration})
+    written: list[LiveResult] = []
+
+    def write() -> None:
+        written.append(live(cfg, raw, rate, duration_s=duration, storage_limit_mb=storage_limit_mb))
+
+    writer = threading.Thread(target=write)
     writer.start()
     while not raw.exists():
         time.sleep(0.05)
     child = Child(raw, out, config, *flags)
     writer.join()
-    written = time.perf_counter()
+    ended = time.perf_counter()
     while not any(e["event"] == "window_committed" and e.get("finished") for e in _events(child.log)):
-        if child.proc.poll() is not None or time.perf_counter() - written > 600:
+        if child.proc.poll() is not None or time.perf_counter() - ended > 600:
             break
         time.sleep(0.1)
-    catch_up = time.perf_counter() - written
+    catch_up = time.perf_counter() - ended
     child.proc.terminate()
-    run = child.wait(f"live {rate:g} MB/s x {duration:g} s", _raw_bytes(raw) / MB)
-    run.latencies = [
-        float(e["done_to_commit_s"]) for e in _events(child.log) if e["event"] == "slice_processed"
-    ]
+    (result,) = written
+    run = child.wait(f"live {rate:g} MB/s x {duration:g} s", result.simulation.bytes / MB)
+    logged = _events(child.log)
+    run.latencies = [float(e["done_to_commit_s"]) for e in logged if e["event"] == "slice_processed"]
     run.catch_up_s = catch_up
+    run.gaps = sum(e["event"] == "gap" for e in logged)
+    run.finished = any(e["event"] == "window_committed" and e.get("finished") for e in logged)
     return run
 
 
@@ -165,16 +223,17 @@ def _quantile(values: list[float], q: float) -> str:
 def table(runs: list[Run]) -> str:
     head = (
         "| run | raw MB | wall s | CPU s | MB/s per CPU s | MB/s wall | done-to-commit p50 s | p99 s "
-        "| catch-up s | peak RSS MB | end RSS MB |"
+        "| catch-up s | max lag s | peak RSS MB | end RSS MB |"
     )
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in runs:
         end = "-" if r.end_rss_mb is None else f"{r.end_rss_mb:.0f}"
         catch = "-" if r.catch_up_s is None else f"{r.catch_up_s:.1f}"
+        lag = "-" if r.max_lag_s is None else f"{r.max_lag_s:.2f}"
         lines.append(
             f"| {r.label} | {r.raw_mb:.0f} | {r.wall_s:.1f} | {r.cpu_s:.1f} | {r.raw_mb / r.cpu_s:.1f} "
             f"| {r.raw_mb / r.wall_s:.1f} | {_quantile(r.latencies, 0.5)} | {_quantile(r.latencies, 0.99)} "
-            f"| {catch} | {r.peak_rss_mb:.0f} | {end} |"
+            f"| {catch} | {lag} | {r.peak_rss_mb:.0f} | {end} |"
         )
     return "\n".join(lines)
 

@@ -42,6 +42,7 @@ DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
 REPLANNED: Final = "replanned"  # a collection re-planned from the start (a new stream, grown dictionaries)
 WATCH_DIR_MISSING: Final = "watch_dir_missing"
+WINDOW_WRITER_LOST: Final = "window_writer_lost"  # the daemon's writer process died: resume from the commit
 # Configuration
 OPTION_COERCED: Final = "option_coerced"  # an option value the product reads as another (aicpu -> off)
 # Cluster

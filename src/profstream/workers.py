@@ -33,6 +33,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -62,7 +63,7 @@ def can_fork() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and not multiprocessing.current_process().daemon
 
 
-def _portable(error: BaseException) -> BaseException:
+def portable(error: BaseException) -> BaseException:
     """``error`` if it survives pickling, else a :class:`ProfstreamError` with its text."""
     try:
         pickle.loads(pickle.dumps(error))
@@ -109,7 +110,7 @@ def _child(
     except BaseException as error:  # every failure goes back to the parent
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # nothing interrupts the clean-up
         abort()
-        conn.send((_FAILED, _portable(error)))
+        conn.send((_FAILED, portable(error)))
         return
     conn.send((_RAN, None))
     if _wait_for_word(conn, parent) != _COMMIT:
@@ -119,9 +120,22 @@ def _child(
         result = commit()
     except BaseException as error:
         abort()
-        conn.send((_FAILED, _portable(error)))
+        conn.send((_FAILED, portable(error)))
         return
     conn.send((_COMMITTED, result))
+
+
+def fork_process(name: str, target: Callable[..., None], *args: Any, **kwargs: Any) -> BaseProcess:
+    """Start ``target(*args, **kwargs)`` in a forked, daemonic child named ``name``."""
+    process = multiprocessing.get_context("fork").Process(
+        target=target, args=args, kwargs=kwargs, name=name, daemon=True
+    )
+    with warnings.catch_warnings():
+        # Python 3.12+ warns when a process with threads forks; ours are Arrow's thread pools,
+        # which Arrow re-creates in the child (its at-fork handlers, apache/arrow#2363, #14594)
+        warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
+        process.start()
+    return process
 
 
 class Worker(Generic[T]):
@@ -138,20 +152,8 @@ class Worker(Generic[T]):
         *,
         nice: int = 0,
     ) -> None:
-        context = multiprocessing.get_context("fork")
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(
-            target=_child,
-            args=(child_end, os.getpid(), run, commit, abort),
-            kwargs={"nice": nice},
-            name=name,
-            daemon=True,
-        )
-        with warnings.catch_warnings():
-            # Python 3.12+ warns when a process with threads forks; ours are Arrow's thread pools,
-            # which Arrow re-creates in the child (its at-fork handlers, apache/arrow#2363, #14594)
-            warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
-            self._process.start()
+        self._conn, child_end = multiprocessing.get_context("fork").Pipe()
+        self._process = fork_process(name, _child, child_end, os.getpid(), run, commit, abort, nice=nice)
         child_end.close()
         self._ran = False
 
@@ -298,12 +300,15 @@ class PipeReader:
     for it, and the pipeline finds the batch here when it does. ``sender_failed`` raises why the
     worker stopped when the pipe ends early. :meth:`close` stops the reader (the export does, whatever
     happened). The thread starts with the first message asked for, so that processes forked before
-    (the export's writer) start without it.
+    (the export's writer) start without it. ``read_ahead`` 0 reads without a bound: the daemon's window
+    writer, whose sender bounds what it sends.
     """
 
-    def __init__(self, pipe: BatchPipe, sender_failed: Callable[[], None]) -> None:
+    def __init__(
+        self, pipe: BatchPipe, sender_failed: Callable[[], None], *, read_ahead: int = READ_AHEAD
+    ) -> None:
         self._sender_failed = sender_failed
-        self._queue: queue.Queue[StageMessage | BaseException | None] = queue.Queue(READ_AHEAD)
+        self._queue: queue.Queue[StageMessage | BaseException | None] = queue.Queue(read_ahead)
         self._closed = threading.Event()
         self._reader = threading.Thread(target=self._read, args=(pipe,), name="pipe-reader", daemon=True)
 

@@ -6,13 +6,18 @@ from __future__ import annotations
 import fcntl
 import json
 import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import msgspec
+import pyarrow as pa
 import pytest
+from structlog.testing import capture_logs
 
 from profstream.daemon import checkpoint as ckpt
-from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig
+from profstream.daemon.collector import LOCK_NAME, Collector, CollectorConfig
+from profstream.daemon.windows import WindowFiles
 from profstream.engine.layouts import Layout, is_timeline
 from profstream.engine.runtime import Pipeline
 from profstream.errors import SinkError
@@ -40,6 +45,12 @@ def raw(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     out = tmp_path_factory.mktemp(f"raw-{chip}")
     simulate(SimulationConfig(chip=chip, steps=4, framework=framework, seed=3, hbm=True), out / "raw")
     return out / "raw"
+
+
+@pytest.fixture
+def logs() -> Iterator[list[dict[str, Any]]]:
+    with capture_logs() as captured:
+        yield cast("list[dict[str, Any]]", captured)
 
 
 @pytest.fixture(scope="module")
@@ -122,26 +133,41 @@ def test_kill_9_anywhere_then_restart_is_exactly_once(
     assert _windows(out) == offline_layout
 
 
+@pytest.mark.parametrize("fork_writer", [True, False], ids=["forked-writer", "inline-writer"])
 def test_a_full_output_disk_pauses_and_retries_without_corruption(
-    raw: Path, offline: dict[str, object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    raw: Path,
+    offline: dict[str, object],
+    tmp_path: Path,
+    logs: list[dict[str, Any]],
+    fork_writer: bool,
 ) -> None:
-    """ENOSPC while committing: the window stays in memory, the daemon retries, nothing is lost or doubled."""
+    """ENOSPC while writing a window: the writer keeps it and retries, the pipeline waits (logged as
+    backpressure), nothing is lost or doubled. The forked writer inherits the patch."""
     failures = iter([True, True, False, True])
-    write = CollectionRunner._write_window
+    write = WindowFiles._write_layout
 
-    def full_disk(self: CollectionRunner, window: int) -> list[Path]:
-        paths = write(self, window)  # some part files are renamed before the disk "fills"
+    def full_disk(self: WindowFiles, window: int, batches: list[tuple[str, pa.RecordBatch]]) -> list[Path]:
+        paths = write(
+            self, window, batches
+        )  # the part files and the layout are renamed before the disk "fills"
         if next(failures, False):
             msg = "cannot write part: No space left on device"
             raise SinkError(msg)
         return paths
 
-    monkeypatch.setattr(CollectionRunner, "_write_window", full_disk)
     config = CollectorConfig(
-        watch_dir=raw, output=tmp_path / "out", poll_interval_s=0.01, once=True, window_steps=3
+        watch_dir=raw,
+        output=tmp_path / "out",
+        poll_interval_s=0.01,
+        once=True,
+        window_steps=3,
+        fork_writer=fork_writer,
     )
-    assert Collector(config).run() == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WindowFiles, "_write_layout", full_disk)
+        assert Collector(config).run() == 0
     assert rows(daemon_parquet(tmp_path / "out")) == offline
+    assert sum(e["event"] == "backpressure" for e in logs) == 3
 
 
 def test_a_window_holds_the_task_rows_of_a_layout_but_not_the_tasks_again(
@@ -150,15 +176,20 @@ def test_a_window_holds_the_task_rows_of_a_layout_but_not_the_tasks_again(
     """Where a layout's op_summary or kernel_details reads the merged task rows, the window holds
     those alone and derives the tasks when it commits: the Parquet tasks stay the offline export's."""
     held: list[set[str]] = []
-    write = CollectionRunner._write_window
+    seal = WindowFiles.seal
 
-    def record(self: CollectionRunner, window: int) -> list[Path]:
-        held.append({stream.partition("@")[0] for stream, _ in self.buffer})
-        return write(self, window)
+    def record(self: WindowFiles, window: int) -> None:
+        held.append({stream.partition("@")[0] for stream, _ in self.filling})
+        seal(self, window)
 
-    monkeypatch.setattr(CollectionRunner, "_write_window", record)
+    monkeypatch.setattr(WindowFiles, "seal", record)
     config = CollectorConfig(
-        watch_dir=raw, output=tmp_path / "out", poll_interval_s=0.01, once=True, window_steps=3
+        watch_dir=raw,
+        output=tmp_path / "out",
+        poll_interval_s=0.01,
+        once=True,
+        window_steps=3,
+        fork_writer=False,
     )
     assert Collector(config).run() == 0
     assert any("task_rows" in tables for tables in held)

@@ -9,8 +9,10 @@ last), so it decides what the daemon can see at each poll. Expected rows come fr
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
 import threading
 import time
 from collections import Counter
@@ -28,6 +30,7 @@ from profstream.daemon import checkpoint as ckpt
 from profstream.daemon import collector
 from profstream.daemon.aging import MB, AgingPolicy
 from profstream.daemon.collector import GAPS_NAME, CollectionRunner, Collector, CollectorConfig
+from profstream.daemon.windows import ForkedWindows
 from profstream.engine.runtime import Pipeline
 from profstream.simulate import SimulationConfig, simulate
 from tests.daemon.conftest import daemon_parquet, offline_rows, rows
@@ -185,7 +188,10 @@ class Daemon:
         while not (
             self.polls >= first
             and self.collector.runners
-            and all(r.caught_up and not r.dirty and until(r) for r in self.collector.runners.values())
+            and all(
+                r.caught_up and not r.dirty and not r.in_flight and until(r)
+                for r in self.collector.runners.values()
+            )
         ):
             assert self.thread.is_alive(), self.error
             assert time.monotonic() < deadline, "the daemon never settled"
@@ -537,4 +543,29 @@ def test_a_watch_dir_moved_away_while_it_is_read(
         daemon.settle(_finished)
     assert daemon.code == 0
     assert not list((tmp_path / "out").rglob(GAPS_NAME))
+    assert rows(daemon_parquet(tmp_path / "out")) == offline
+
+
+# -- the window writer ----------------------------------------------------------------------------
+
+
+def test_a_killed_window_writer_is_replaced_and_the_run_resumes_from_its_last_commit(
+    raw: Path, offline: Rows, tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    """The writer process dies (OOM killer, kill -9) between commits: the collector logs it, plans the
+    collection again from its last checkpoint with a new writer, and loses or doubles nothing."""
+    watch = tmp_path / "watch" / raw.name
+    files = _files(raw)
+    _put(raw, watch, [r for r in files if not _is_end(r)])
+    with Daemon(tmp_path / "watch", tmp_path / "out", window_steps=2) as daemon:
+        daemon.settle(lambda runner: runner.window >= 1)
+        writer = daemon.runner.windows
+        assert isinstance(writer, ForkedWindows)
+        assert writer.pid is not None
+        os.kill(writer.pid, signal.SIGKILL)
+        _put(raw, watch, [r for r in files if _is_end(r)])
+        daemon.settle(_finished)
+        assert daemon.runner.windows is not writer
+    assert daemon.code == 0
+    assert _logged(logs, events.WINDOW_WRITER_LOST)
     assert rows(daemon_parquet(tmp_path / "out")) == offline

@@ -4,13 +4,16 @@ One :class:`CollectionRunner` per collection found under the watch directory run
 pipeline (:class:`~profstream.engine.plan.Planner`) over live feeds (``FeedSet`` follow mode: the
 growing tail of a slice is read up to its last whole record; a stream is read to its end, and the
 operators finished, once the collection has written its ``end_info`` files). Every emitted row of a
-canonical table is buffered and committed per window as new part files
+canonical table goes to the collection's window writer (:mod:`profstream.daemon.windows`, a forked
+process by default) and is committed per window as new part files
 ``OUT/<collection>/parquet/<table>/[device_id=N/]part-<window>.parquet`` (temporary name, rename,
-fsync), then the checkpoint (pipeline snapshot + window number) is replaced atomically
-(:mod:`profstream.daemon.checkpoint`). The pipeline emits each row once, in order, so a restart
-that drops the uncommitted windows and resumes from the snapshot produces exactly the rows after
-it: after ``kill -9`` at any moment the committed outputs equal an offline ``export --layout
-parquet`` of the same data, as multisets of rows per table.
+fsync); once the writer says a window is written, the checkpoint (the pipeline snapshot taken when the
+window ended + window number) is replaced atomically (:mod:`profstream.daemon.checkpoint`). The
+pipeline reads the next window meanwhile; it ends a window only after the one before is committed.
+The pipeline emits each row once, in order, so a restart that drops the uncommitted windows and
+resumes from the snapshot produces exactly the rows after it: after ``kill -9`` at any moment the
+committed outputs equal an offline ``export --layout parquet`` of the same data, as multisets of rows
+per table.
 
 Choices (the issue leaves them open):
 
@@ -47,9 +50,11 @@ Choices (the issue leaves them open):
   read vanished too, only its reader's ``gap`` log event (without a reason) tells that the rest of
   it, if any, was skipped; it is not in ``gaps.json``. A vanished slice stays in the storage-limit
   books until the end of the run.
-* A commit that fails with ENOSPC keeps the window in memory, logs ``backpressure``, stops
-  reading that collection and retries each poll; part files it renamed are rewritten under the
-  same names, so nothing is duplicated or corrupted.
+* A window that fails with ENOSPC stays with the writer, which writes it again each poll; the
+  collector logs ``backpressure`` each time and reads nothing more of that collection meanwhile.
+  Part files renamed before the failure are rewritten under the same names, so nothing is
+  duplicated or corrupted. A writer process that dies (``window_writer_lost``) is handled as a
+  vanished directory is (next point): a new runner resumes from the last commit.
 * A decode error under ``on_invalid = "error"`` stops that collection (logged ``decode_error``);
   the others go on. ``configs/daemon.toml`` sets ``skip`` (count, log, go on).
 * A collection directory that vanishes while its feeds read it (the watch dir unmounted or
@@ -88,9 +93,7 @@ Test hooks (environment): ``PROFSTREAM_COLLECT_FAULT`` holds comma-separated ``k
 
 from __future__ import annotations
 
-import errno
 import fcntl
-import itertools
 import os
 import re
 import shutil
@@ -98,38 +101,31 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any, Literal
 
 import msgspec
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from profstream import events
 from profstream.codecs._base import OnInvalid
 from profstream.daemon import checkpoint as ckpt
 from profstream.daemon.aging import MB, AgingPolicy, done_path
 from profstream.daemon.status import Metrics, StatusServer
+from profstream.daemon.windows import Blocked, ForkedWindows, InlineWindows, WindowTarget, WindowWriter
 from profstream.engine import discovery
 from profstream.engine.feeds import Follow
-from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_timeline, outputs
-from profstream.engine.layouts.msprof import write_readme
+from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_timeline
 from profstream.engine.metadata import ExperimentalConfig
-from profstream.engine.operators.steps import FRAMEWORK_STEPS
-from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Pipeline
-from profstream.engine.schema import TABLES
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
 from profstream.errors import DecodeError, InputPathError, ProfstreamError
-from profstream.export import Router, framework_config, layout_context
-from profstream.sinks import ParquetSink
+from profstream.export import framework_config, layout_context
 from profstream.sinks.csv import CSV_LIMIT
+from profstream.workers import WorkerError, can_fork
 
 #: event names the daemon adds (not yet in profstream.events)
 LOCK_NAME = ".profstream-collect.lock"
@@ -179,7 +175,7 @@ class CollectorConfig:
     output: Path
     poll_interval_s: float = 1.0
     window_s: float = 10.0
-    window_bytes: int = 64 * MB  # commit early once the buffered window holds this much
+    window_bytes: int = 64 * MB  # end a window early once its batches hold this much (the writer holds two)
     storage_limit_mb: int | None = None
     status_port: int | None = None
     once: bool = False
@@ -192,11 +188,23 @@ class CollectorConfig:
     timeline_file_mb: int = 256
     timeline_file_events: int = 1_000_000
     csv_slice_rows: int = CSV_LIMIT  # rows per file of a window's sliced (msprof) CSVs
+    fork_writer: bool = True  # write windows in a child process (daemon/windows.py) where fork exists
     faults: Faults = field(default_factory=Faults)
 
     def limits(self) -> Limits:
         """Roll sizes and budget of one window's timeline files."""
         return Limits.in_megabytes(self.timeline_file_mb, self.timeline_file_events, self.timeline_limit_mb)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """A window handed to the writer: what its checkpoint will hold once the writer has written it."""
+
+    window: int
+    snapshot: bytes
+    finished: bool
+    rows: int
+    started: float  # monotonic time the window ended
 
 
 def stream_key(stream: Stream) -> str:
@@ -215,15 +223,11 @@ def _stream_keys(profile: discovery.Profile) -> set[str]:
 def _held(wanted: Iterable[str]) -> set[str]:
     """The streams a window holds until it commits: all it wants but a device's ``tasks`` where its
     ``task_rows`` are wanted (a layout's op_summary or kernel_details), as those are the task rows
-    less the communication op rows (:func:`_tasks_of`); holding both would hold every task twice."""
+    less the communication op rows (:func:`~profstream.daemon.windows.tasks_of`); holding both would
+    hold every task twice."""
     streams = set(wanted)
     merged = {s.replace("task_rows@", "tasks@", 1) for s in streams if s.startswith("task_rows@")}
     return streams - merged
-
-
-def _tasks_of(task_rows: pa.RecordBatch) -> pa.RecordBatch:
-    """The device tasks among op_summary's merged rows (engine/operators/task_rows.py)."""
-    return task_rows.filter(pc.invert(is_op_row(task_rows)))
 
 
 def _side_bytes(profile: discovery.Profile) -> int:
@@ -287,20 +291,8 @@ def _done_times(path: Path) -> tuple[int | None, int | None]:
     return found.get("starttime"), found.get("endtime")
 
 
-def _enospc(err: BaseException) -> bool:
-    """Whether ``err`` (or what caused it: sinks wrap OS errors) is a full disk."""
-    cause: BaseException | None = err
-    while cause is not None:
-        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-            return True
-        if "No space left" in str(cause):
-            return True
-        cause = cause.__cause__
-    return False
-
-
 class CollectionRunner:
-    """One collection: its live pipeline, window buffer, checkpoint and aging (module docstring)."""
+    """One collection: its live pipeline, window writer, checkpoint and aging (module docstring)."""
 
     def __init__(self, key: str, config: CollectorConfig, metrics: Metrics) -> None:
         self.key = key
@@ -321,9 +313,13 @@ class CollectionRunner:
         self.snapshot = b""
         self.finished = False
         self.failed = False
-        self.lost: str | None = None  # why the pipeline cannot go on (its directory vanished)
+        # why the pipeline cannot go on: its directory vanished, or the window writer died
+        self.lost: str | None = None
+        self.lost_event = events.WATCH_DIR_MISSING
         self.gaps: list[ckpt.Gap] = []
-        self.buffer: list[tuple[str, pa.RecordBatch]] = []
+        self.windows: WindowWriter | None = None  # made when planned
+        self.in_flight: deque[_Ended] = deque()  # ended windows the writer has not written yet
+        self.window_rows = 0
         self.buffered_bytes = 0
         self.dirty = False
         self.steps = 0
@@ -341,7 +337,6 @@ class CollectionRunner:
         self.layout: Layout = "parquet"  # of the window directories, once planned
         self.context: Context | None = None
         self.framework: ExperimentalConfig | None = None
-        self.committed_steps: list[pa.RecordBatch] | None = None  # read back once, then kept
         self.timelines: deque[tuple[int, list[tuple[Path, int]]]] | None = None  # see _age_timelines
         self.timeline_bytes = 0
         self._resume = ckpt.load(self.checkpoint_path)
@@ -398,6 +393,7 @@ class CollectionRunner:
             follow=self.follow,
         )
         self._plan_layout(planned)
+        self.windows = self._window_writer()  # forked before the pipeline maps any raw file
         # the canonical tables for the Parquet parts, and the streams the layout's outputs read
         pipeline, wanted = self.planner.pipeline(
             TABLE_NAMES if self.context is None else (*TABLE_NAMES, *OUTPUT_STREAMS)
@@ -426,14 +422,27 @@ class CollectionRunner:
             self.context = layout_context(profile, out_dir, None, csv_slice_rows=self.config.csv_slice_rows)
             self.framework = framework_config(profile)
 
+    def _window_writer(self) -> WindowWriter:
+        target = WindowTarget(self.parquet, self.layout, self.context, self.framework, self.config.limits())
+        if self.config.fork_writer and can_fork():
+            return ForkedWindows(target, self.config.poll_interval_s)
+        return InlineWindows(target)
+
+    def close(self) -> None:
+        """Stop the window writer: what it has not written is dropped (the next run writes it again)."""
+        if self.windows is not None:
+            self.windows.close(abandon=bool(self.in_flight))
+            self.windows = None
+        self.in_flight.clear()
+
     def _start_over(self, profile: discovery.Profile) -> None:
         """New streams or grown dictionaries before anything was aged: re-plan from the start."""
         new = sorted(_stream_keys(profile) - self.planned_keys)
+        self.close()
         self.checkpoint_path.unlink(missing_ok=True)
         ckpt.fsync_dir(self.out) if self.out.exists() else None
         ckpt.drop_uncommitted(self.out, -1)
-        self.window, self.snapshot, self.buffer, self.buffered_bytes = -1, b"", [], 0
-        self.committed_steps = None
+        self.window, self.snapshot, self.window_rows, self.buffered_bytes = -1, b"", 0, 0
         self.timelines = None
         self.reported.clear()
         self.pipeline = None
@@ -464,6 +473,9 @@ class CollectionRunner:
         except FileNotFoundError as err:
             self.lost = str(err)
             return False
+        except WorkerError as err:
+            self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
+            return False
         if self.profile is not None and not self.profile.path.is_dir():
             self.lost = f"{self.profile.path} vanished while it was read"
             return False
@@ -483,16 +495,16 @@ class CollectionRunner:
             for name, batch in emits:
                 if name in pipeline.feeds:
                     self.metrics.count(name.partition("@")[0], batch.num_rows)
-                elif name in self.wanted:
-                    self.buffer.append((name, batch))
-                    # the buffers a batch keeps alive (a slice holds its whole parent), not its own bytes
-                    self.buffered_bytes += batch.get_total_buffer_size()
+                elif name in self.wanted and self.windows is not None:
+                    self.windows.send(name, batch)
+                    self.window_rows += batch.num_rows
+                    self.buffered_bytes += batch.nbytes
             if pipeline.stalled:
                 return False
         return not pipeline.finished
 
     def due(self) -> bool:
-        """The buffered window should be committed now."""
+        """The window should end now."""
         if not self.dirty or self.pipeline is None:
             return False
         steps = self.config.window_steps
@@ -513,129 +525,87 @@ class CollectionRunner:
     # -- committing -----------------------------------------------------------------------------
 
     def commit(self) -> bool:
-        """Commit the buffered window; False (and ``blocked``) when the output disk is full."""
+        """End the window: the writer writes it, and the window's checkpoint follows once it has
+        (:meth:`settle`). Waits for the window before, so that the writer holds at most two.
+
+        Returns False (and ``blocked``) while the output disk is full.
+        """
         pipeline = self.pipeline
-        if pipeline is None or not self.dirty or self.failed:
+        if pipeline is None or self.windows is None or not self.dirty or self.failed:
             return True
+        while self.in_flight:
+            if not self.settle(self.config.poll_interval_s):
+                return False
         window = self.window + 1
         started = time.monotonic()
+        ended = _Ended(window, pipeline.snapshot(), pipeline.finished, self.window_rows, started)
         try:
-            paths = self._write_window(window)
-            ckpt.fsync_files(paths)
-            self._mid_commit(window)
-            snapshot = pipeline.snapshot()
-            self._save(window, snapshot, finished=pipeline.finished)
-        except OSError as err:
-            if not _enospc(err):
-                raise
-            self.blocked = True
-            self.log.warning(
-                events.BACKPRESSURE,
-                reason="no space left on the output disk",
-                window=window,
-                retry_in_s=self.config.poll_interval_s,
-                error=str(err),
-            )
+            self.windows.end(window)
+        except WorkerError as err:
+            self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
             return False
-        self.blocked = False
-        if self.committed_steps is not None:
-            self.committed_steps += [b for s, b in self.buffer if s.partition("@")[0] == FRAMEWORK_STEPS]
-        rows = sum(b.num_rows for _, b in self.buffer)
-        self.window, self.snapshot, self.finished = window, snapshot, pipeline.finished
-        self.buffer, self.buffered_bytes, self.dirty, self.steps_since_commit = [], 0, False, 0
+        self.in_flight.append(ended)
+        self.window_rows, self.buffered_bytes, self.dirty, self.steps_since_commit = 0, 0, False, 0
         self.last_commit = time.monotonic()
+        return self.settle()
+
+    def settle(self, timeout: float = 0.0) -> bool:
+        """Checkpoint the windows the writer has written (waiting up to ``timeout`` s for word of one).
+
+        Returns False while the writer finds the output disk full (it retries each poll); the runner
+        is then ``blocked`` and reads nothing more.
+        """
+        if not self.in_flight or self.windows is None:
+            return True
+        try:
+            results = self.windows.results(timeout)
+        except WorkerError as err:
+            self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
+            return False
+        for result in results:
+            if isinstance(result, Blocked):
+                self.blocked = True
+                self.log.warning(
+                    events.BACKPRESSURE,
+                    reason="no space left on the output disk",
+                    window=result.window,
+                    retry_in_s=self.config.poll_interval_s,
+                    error=result.error,
+                )
+            else:
+                self._checkpoint(self.in_flight[0], result.paths)
+                self.in_flight.popleft()  # after: a window is in flight until it is committed
+        return not self.blocked
+
+    def flush(self, give_up: Callable[[], bool]) -> bool:
+        """Wait until every ended window is written and checkpointed; False if ``give_up()`` says
+        to stop waiting for a full disk."""
+        while self.in_flight and self.lost is None:
+            if not self.settle(self.config.poll_interval_s) and give_up():
+                return False
+        return not self.in_flight
+
+    def _checkpoint(self, ended: _Ended, paths: list[Path]) -> None:
+        """Window ``ended`` is written: make it the committed one (checkpoint, books, logs)."""
+        window = ended.window
+        self._mid_commit(window)
+        self._save(window, ended.snapshot, finished=ended.finished)
+        self.blocked = False
+        self.window, self.snapshot, self.finished = window, ended.snapshot, ended.finished
         self.metrics.committed(sum(_size(p) for p in paths))
         self.log.info(
             events.WINDOW_COMMITTED,
             window=window,
-            rows=rows,
+            rows=ended.rows,
             files=len(paths),
             finished=self.finished,
-            seconds=round(self.last_commit - started, 4),
+            seconds=round(time.monotonic() - ended.started, 4),
         )
         self._age_timelines(window, paths)
         self._frontier()
         self._report_processed()
         if self.config.faults.kill_after_commit == window:
             _die()
-        return True
-
-    def _write_window(self, window: int) -> list[Path]:
-        """The window's part files and layout directory, renamed into place."""
-        return self._write_parts(window) + self._write_layout(window)
-
-    def _write_parts(self, window: int) -> list[Path]:
-        """The window's part files, one per table and partition, renamed into place."""
-        tables: dict[str, list[pa.RecordBatch]] = {}
-        for stream, batch in self.buffer:
-            tables.setdefault(stream.partition("@")[0], []).append(batch)
-        sources: dict[str, Iterable[pa.RecordBatch]] = {
-            table: batches for table, batches in tables.items() if table not in OUTPUT_STREAMS
-        }
-        if "task_rows" in tables:  # the window held no tasks: they are these rows less the op rows
-            sources["tasks"] = (_tasks_of(batch) for batch in tables["task_rows"])
-        paths: list[Path] = []
-        for table, batches in sources.items():
-            rows = (batch for batch in batches if batch.num_rows)
-            first = next(rows, None)
-            if first is None:
-                continue
-            partition = "device_id" if "device_id" in first.schema.names else None
-            sink = ParquetSink(
-                self.parquet / table, first.schema, partition_by=partition, file_name=ckpt.part_name(window)
-            )
-            with sink:
-                for batch in itertools.chain([first], rows):
-                    sink.write(batch)
-            paths += sink.paths
-        return paths
-
-    def _write_layout(self, window: int) -> list[Path]:
-        """The window's timeline and CSV files, in a directory written whole and then renamed."""
-        if self.context is None:
-            return []
-        parent = self.context.out_dir
-        temp = parent / f".{ckpt.window_dir_name(window)}.tmp"
-        shutil.rmtree(temp, ignore_errors=True)
-        context = replace(self.context, out_dir=temp, timestamp=datetime.now().strftime("%Y%m%d%H%M%S"))
-        built = outputs(context, self.layout, "both", framework=self.framework, limits=self.config.limits())
-        router = Router(built, None)
-        try:
-            for batch in self._steps_known():
-                router.route(FRAMEWORK_STEPS, batch)
-            for stream, batch in self.buffer:
-                router.route(stream, batch)
-                table, _, device = stream.partition("@")
-                if table == "task_rows":  # the tasks, which the window did not hold
-                    router.route(f"tasks@{device}", _tasks_of(batch))
-            written = [p for output in built for p in output.close()]
-            if written and self.layout == "msprof":
-                written.append(write_readme(temp))
-            ckpt.fsync_files(written)
-        except BaseException:
-            for output in built:
-                output.abort()
-            shutil.rmtree(temp, ignore_errors=True)
-            raise
-        if not written:
-            return []
-        final = parent / ckpt.window_dir_name(window)
-        shutil.rmtree(final, ignore_errors=True)  # written before a failed commit (ENOSPC retry)
-        temp.rename(final)
-        ckpt.fsync_dir(parent)
-        return [final / p.relative_to(temp) for p in written]
-
-    def _steps_known(self) -> list[pa.RecordBatch]:
-        """Framework steps of the committed windows (kernel_details' Step Id needs the steps so far)."""
-        if self.committed_steps is None:
-            self.committed_steps = []
-            directory = self.parquet / FRAMEWORK_STEPS
-            if directory.is_dir():
-                schema = TABLES[FRAMEWORK_STEPS]
-                partitioning = ds.partitioning(pa.schema([schema.field("device_id")]), flavor="hive")
-                table = ds.dataset(directory, format="parquet", partitioning=partitioning).to_table()
-                self.committed_steps = table.select(schema.names).cast(schema).to_batches()
-        return self.committed_steps
 
     def _age_timelines(self, window: int, written: list[Path]) -> None:
         """Delete the oldest windows' timeline files while their total is over ``timeline_limit``.
@@ -853,8 +823,12 @@ class CollectionRunner:
         decision = self.policy.to_delete(free_bytes)
         if not decision:
             return
-        if self.dirty and not set(decision.paths) & self.planned_files <= self.processed:
-            self.commit()  # what the pipeline read but did not commit yet must be durable first
+        if not set(decision.paths) & self.planned_files <= self.processed:
+            # what the pipeline read but did not commit yet must be durable first; should the
+            # output disk be full, the rows stay with the writer until it is not (a crash then
+            # loses them)
+            self.commit()
+            self.flush(give_up=lambda: self.blocked)
         if decision.forced:
             gaps = [
                 ckpt.Gap(f.path.name, *self._slice_info(f.path), reason="storage_limit")
@@ -980,8 +954,11 @@ class Collector:
                 self.log.info("status_endpoint", url=f"http://127.0.0.1:{server.port}/metrics")
             self._loop()
             for runner in self.runners.values():
-                self._commit(runner)
+                runner.commit()
+                runner.flush(give_up=self.stop.is_set)
         finally:
+            for runner in self.runners.values():
+                runner.close()
             if server is not None:
                 server.close()
             if self._lock_file is not None:
@@ -997,16 +974,16 @@ class Collector:
             for key, profile in profiles.items():
                 runner = self.runners[key]
                 runner.update(profile)
-                if runner.blocked:
-                    self._commit(runner)
+                runner.settle()
                 busy |= runner.pump(time.monotonic() + self.config.poll_interval_s)
                 if runner.lost is not None:
                     self.log.warning(
-                        events.WATCH_DIR_MISSING,
+                        runner.lost_event,
                         collection=key,
                         error=runner.lost,
                         action="resume from the last commit",
                     )
+                    runner.close()
                     self.runners[key] = self._runner(key)
                     continue
                 if runner.due():

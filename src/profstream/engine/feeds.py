@@ -31,7 +31,7 @@ nothing pending, so the merge never releases a row an older one could still prec
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -43,7 +43,7 @@ from profstream.codecs._base import OnInvalid
 from profstream.engine import discovery
 from profstream.engine.clock import DeviceClock, FrameworkClock
 from profstream.engine.runtime import WAIT, Feed, ipc_stream
-from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream, StreamOffsets, StreamReader
+from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Listings, Stream, StreamOffsets, StreamReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +153,11 @@ class Follow:
 
     generation: int = 0  # bumped once per poll: readers re-list slices when it changes
     closing: bool = False  # the collection is complete: read every stream to its end
+    listings: Listings = field(default_factory=dict)  # this poll's directory listings, shared
 
     def poll(self) -> None:
         self.generation += 1
+        self.listings = {}
 
 
 class FeedSet:
@@ -300,7 +302,7 @@ class _Reading:
             if fresh:
                 seen, listed_closed = follow.generation, follow.closing
             # one batch per call: position() must not run ahead of the batches handed over
-            batches = reader.read_available(1, rescan=fresh)
+            batches = reader.read_available(1, rescan=fresh, listings=follow.listings)
             if batches:
                 yield from batches
             elif listed_closed:

@@ -397,9 +397,16 @@ class Pipeline:
 
     @staticmethod
     def feed_positions(blob: bytes) -> dict[str, Any]:
-        """The read position of each feed in a snapshot, for building resumed feeds."""
-        doc = msgspec.msgpack.decode(blob)
-        return {name: position for name, (position, _) in doc["feeds"].items()}
+        """The read position of each feed in a snapshot, for building resumed feeds (the daemon asks
+        at every commit: the operator states, most of the bytes, are skipped, not decoded)."""
+        doc = msgspec.msgpack.decode(blob, type=_SnapshotFeeds)
+        return {name: position for name, (position, _) in doc.feeds.items()}
+
+
+class _SnapshotFeeds(msgspec.Struct):
+    """The feeds of a :meth:`Pipeline.snapshot` document, the rest of it left undecoded."""
+
+    feeds: dict[str, tuple[Any, Any]]
 
 
 def _topological(operators: Sequence[Operator], feeds: set[str]) -> list[Operator]:

@@ -129,9 +129,15 @@ class Stream:
     def family(self) -> str:
         return self.codec.family
 
-    def rescan(self) -> Stream:
-        """The same stream with its slice list re-read from disk (tail mode)."""
-        scan = scan_data_dir(self.data_dir, self.root, self.traits)
+    def rescan(self, listings: Listings | None = None) -> Stream:
+        """The same stream with its slice list re-read from disk (tail mode); ``listings`` shares one
+        listing of a directory between the streams that read it (until the caller clears it)."""
+        key = (self.data_dir, self.root, self.traits)
+        scan = None if listings is None else listings.get(key)
+        if scan is None:
+            scan = scan_data_dir(self.data_dir, self.root, self.traits)
+            if listings is not None:
+                listings[key] = scan
         return replace(self, files=scan.slices.get((self.family, self.aging), ()))
 
 
@@ -142,6 +148,8 @@ def aging_group(match: re.Match[str]) -> bool | None:
 
 
 StreamKey = tuple[str, bool | None]  # (family, aging group)
+#: directory listings shared by the streams of one poll: (data dir, root, traits) -> scan
+Listings = dict[tuple[Path, Path, StreamTraits], "DirScan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +170,22 @@ def scan_data_dir(data_dir: Path, root: Path, traits: StreamTraits) -> DirScan:
     groups: dict[StreamKey, list[SliceFile]] = {}
     codecs: dict[str, Codec] = {}
     unknown = []
-    for entry in sorted(data_dir.iterdir()):
+    resolved_dir: Path | None = None
+    with os.scandir(data_dir) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    for entry in entries:
         if NOT_DATA.match(entry.name):
             continue
-        path = resolve_inside(root, entry)
-        owner = codec_for_file(entry.name, traits) if path.is_file() else None
+        # a followed dir is listed every poll: only a symlink needs resolving (realpath stats every
+        # component), a plain entry of the resolved dir stays inside it
+        if entry.is_symlink():
+            path = resolve_inside(root, Path(entry.path))
+        else:
+            resolved_dir = resolved_dir or resolve_inside(root, data_dir)
+            path = resolved_dir / entry.name
+        owner = codec_for_file(entry.name, traits) if entry.is_file() else None
         if owner is None:
-            unknown.append(entry)
+            unknown.append(data_dir / entry.name)
             continue
         codec, match = owner
         codecs[codec.family] = codec
@@ -267,16 +284,18 @@ class StreamReader:
         """Every batch available now; offline, ends with the truncated-tail check."""
         return self._pump(final=not self._follow)
 
-    def read_available(self, max_bytes: int | None = None, *, rescan: bool = True) -> list[pa.RecordBatch]:
+    def read_available(
+        self, max_bytes: int | None = None, *, rescan: bool = True, listings: Listings | None = None
+    ) -> list[pa.RecordBatch]:
         """Batches of the whole records written since the last call.
 
         With ``max_bytes`` it returns once that many bytes were read; more may remain.
         ``rescan`` False skips re-listing the slices (the caller knows nothing new appeared, or
-        polls the directory less often than it reads).
+        polls the directory less often than it reads); ``listings``: see :meth:`Stream.rescan`.
         """
         start = self.stats.bytes_read
         out = []
-        pump = self._pump(final=False, rescan=rescan)
+        pump = self._pump(final=False, rescan=rescan, listings=listings)
         try:
             for batch in pump:
                 out.append(batch)
@@ -307,10 +326,12 @@ class StreamReader:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _pump(self, *, final: bool, rescan: bool = True) -> Generator[pa.RecordBatch, None, None]:
+    def _pump(
+        self, *, final: bool, rescan: bool = True, listings: Listings | None = None
+    ) -> Generator[pa.RecordBatch, None, None]:
         """Read every byte available now; all state lives on ``self`` so abandoning it is safe."""
         if self._follow and rescan:
-            self._refresh()
+            self._refresh(listings)
         self._align()
         while self._index < len(self._files):
             current = self._files[self._index]
@@ -543,10 +564,10 @@ class StreamReader:
         self._realign = True
         self._align()
 
-    def _refresh(self) -> None:
+    def _refresh(self, listings: Listings | None) -> None:
         """Re-list the stream's slices (tail mode), keeping the place in the current one."""
         current = self._files[self._index] if self._index < len(self._files) else None
-        self._files = list(self.stream.rescan().files)
+        self._files = list(self.stream.rescan(listings).files)
         names = [f.name for f in self._files]
         if current is not None and current.name in names:
             self._index = names.index(current.name)
