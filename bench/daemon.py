@@ -68,6 +68,7 @@ class Run:
     gaps: int = 0  # gap events logged (raw data lost before it was read)
     finished: bool = False  # the last window (the collection's end) was committed
     rss_series: list[tuple[float, float]] = field(default_factory=list)  # (s since start, largest MB)
+    lag_series: list[tuple[float, float]] = field(default_factory=list)  # (s since start, lag s)
 
 
 def _raw_bytes(root: Path) -> int:
@@ -130,7 +131,7 @@ class Child:
             self.proc = subprocess.Popen(argv, stderr=log)
         self.rss: list[float] = []  # the collector's
         self.largest: list[tuple[float, float]] = []  # (s since start, largest process's RSS)
-        self.lags: list[float] = []
+        self.lags: list[tuple[float, float]] = []  # (s since start, reported lag)
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
 
@@ -142,7 +143,7 @@ class Child:
                 self.largest.append((time.perf_counter() - self.started, max(sizes)))
             lag = _lag_s(self.port)
             if lag is not None:
-                self.lags.append(lag)
+                self.lags.append((time.perf_counter() - self.started, lag))
             time.sleep(0.2)
 
     def wait(self, label: str, raw_mb: float) -> Run:
@@ -160,7 +161,8 @@ class Child:
             cpu,
             max((rss for _, rss in self.largest), default=0.0),
             self.rss[-1] if self.rss else None,
-            max_lag_s=max(self.lags, default=None),
+            max_lag_s=max((lag for _, lag in self.lags), default=None),
+            lag_series=list(self.lags),
             rss_series=list(self.largest),
         )
 

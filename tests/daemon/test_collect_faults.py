@@ -569,3 +569,33 @@ def test_a_killed_window_writer_is_replaced_and_the_run_resumes_from_its_last_co
     assert daemon.code == 0
     assert _logged(logs, events.WINDOW_WRITER_LOST)
     assert rows(daemon_parquet(tmp_path / "out")) == offline
+
+
+def test_lag_is_the_wait_of_the_oldest_complete_slice_not_read_yet(raw: Path, tmp_path: Path) -> None:
+    """0 while the pipeline has read every complete slice (to its end: the last slice of a stream is
+    read when the reader stands at its end); a complete slice written while the pipeline reads
+    nothing counts from its ``.done``'s time; data older than the run counts from the run's start,
+    so an offline directory does not look hours behind."""
+    watch = tmp_path / "watch" / raw.name
+    files = _files(raw)
+    stream = "device_0/data/stars_soc.data.0"
+    last = _slices(raw, stream)[-1]
+    held = [last, last.with_name(f"{last.name}.done")]
+    _put(raw, watch, [r for r in files if not _is_end(r) and r not in held])
+    started = time.time()
+    with Daemon(tmp_path / "watch", tmp_path / "out") as daemon:
+        daemon.settle()
+        runner = daemon.runner
+        assert runner.lag_s(time.time() + 60) == 0.0
+        assert all(since >= started for since in runner.known_since.values())
+        runner.blocked = True  # the pipeline reads nothing more (as while the output disk is full)
+        _put(raw, watch, held)
+        daemon.wait_polls(3)
+        done_at = (watch / held[1]).stat().st_mtime
+        assert 59 < runner.lag_s(done_at + 60) <= 60  # from its .done, or from when a poll found it
+        runner.blocked = False
+        daemon.settle()
+        assert runner.lag_s(done_at + 60) == 0.0
+        _put(raw, watch, [r for r in files if _is_end(r)])
+        daemon.settle(_finished)
+    assert daemon.code == 0

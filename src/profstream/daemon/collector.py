@@ -9,7 +9,8 @@ process by default) and is committed per window as new part files
 ``OUT/<collection>/parquet/<table>/[device_id=N/]part-<window>.parquet`` (temporary name, rename,
 fsync); once the writer says a window is written, the checkpoint (the pipeline snapshot taken when the
 window ended + window number) is replaced atomically (:mod:`profstream.daemon.checkpoint`). The
-pipeline reads the next window meanwhile; it ends a window only after the one before is committed.
+pipeline reads the next window meanwhile; it ends a window only while fewer than two are not yet
+committed.
 The pipeline emits each row once, in order, so a restart that drops the uncommitted windows and
 resumes from the snapshot produces exactly the rows after it: after ``kill -9`` at any moment the
 committed outputs equal an offline ``export --layout parquet`` of the same data, as multisets of rows
@@ -62,7 +63,11 @@ Choices (the issue leaves them open):
   one, a vanished directory raises), so the runner is dropped and a fresh one resumes from the
   last commit when the directory is back; nothing uncommitted was written. While the watch dir
   is missing the daemon logs it once and waits.
-* Lag is how long ago the daemon last had read everything written (0 while caught up).
+* Lag is how long the oldest complete slice (one with its ``.done``) that the pipeline has not read
+  to its end has waited since its ``.done`` was written, or since the daemon found it if that is
+  later (0 when none waits). A stricter measure,
+  the time since the pipeline last found nothing new to read, grew without bound for a daemon that
+  kept up a second behind a writer that never paused.
 * Besides the Parquet parts, each window's rows are written in a layout (``--layout``; ``auto``:
   torch_npu for a collection with FRAMEWORK data, msprof otherwise; ``parquet``: none) as one
   directory ``OUT/<collection>/<layout dir>/window-<N>/`` holding that layout's timeline and CSV
@@ -132,6 +137,10 @@ LOCK_NAME = ".profstream-collect.lock"
 GAPS_NAME = "gaps.json"
 FAULT_ENV = "PROFSTREAM_COLLECT_FAULT"
 WINDOW_STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
+#: ended windows the writer may not have written yet when the pipeline ends another: with one, the
+#: pipeline and the writer had taken turns at each window's end (the 50 MB/s soak's largest lag 1.9-2.7 s
+#: against 1.5 s with two, bench/README.md "Session 21")
+WINDOWS_IN_FLIGHT = 2
 #: dictionaries the planner reads whole: their growth means re-planning
 _SIDE_TABLES = ("hash_dic", "type_info_dic")
 _SLICE_NUMBER = re.compile(r"slice_\d+$")
@@ -175,7 +184,10 @@ class CollectorConfig:
     output: Path
     poll_interval_s: float = 1.0
     window_s: float = 10.0
-    window_bytes: int = 64 * MB  # end a window early once its batches hold this much (the writer holds two)
+    # end a window early once its batches hold this much: the writer holds up to three (WINDOWS_IN_FLIGHT
+    # ended, one arriving); each window costs the pipeline a snapshot and a checkpoint (40 MB of state at
+    # 400 MB of input), 15 % of its time with windows of 64 MB
+    window_bytes: int = 128 * MB
     storage_limit_mb: int | None = None
     status_port: int | None = None
     once: bool = False
@@ -329,6 +341,7 @@ class CollectionRunner:
         self.aged_any = False
         self.ignored_logged = False
         self.completed: dict[Path, float] = {}  # data files with a .done -> .done mtime
+        self.known_since: dict[Path, float] = {}  # the same files -> when the daemon could first read them
         self.done_info: dict[Path, tuple[int, int | None, int | None]] = {}  # size, .done times
         self.processed: set[Path] = set()
         self.planned_files: set[Path] = set()
@@ -526,17 +539,17 @@ class CollectionRunner:
 
     def commit(self) -> bool:
         """End the window: the writer writes it, and the window's checkpoint follows once it has
-        (:meth:`settle`). Waits for the window before, so that the writer holds at most two.
+        (:meth:`settle`). Waits while :data:`WINDOWS_IN_FLIGHT` are not written yet.
 
         Returns False (and ``blocked``) while the output disk is full.
         """
         pipeline = self.pipeline
         if pipeline is None or self.windows is None or not self.dirty or self.failed:
             return True
-        while self.in_flight:
+        while len(self.in_flight) >= WINDOWS_IN_FLIGHT:
             if not self.settle(self.config.poll_interval_s):
                 return False
-        window = self.window + 1
+        window = self.window + 1 + len(self.in_flight)
         started = time.monotonic()
         ended = _Ended(window, pipeline.snapshot(), pipeline.finished, self.window_rows, started)
         try:
@@ -697,6 +710,7 @@ class CollectionRunner:
                         fresh.append((mtime, path))
         for mtime, path in sorted(fresh):
             self.completed[path] = mtime
+            self.known_since[path] = max(mtime, time.time())  # one older than the run: from its start
             self.done_info[path] = (_size(path), *_done_times(path))
             if self.policy is not None:
                 self.policy.add(path, self.done_info[path][0], _size(done_path(path)))
@@ -711,6 +725,7 @@ class CollectionRunner:
         gaps = []
         for path in sorted(paths):
             self.completed.pop(path)
+            self.known_since.pop(path)
             size, start, end = self.done_info.pop(path)
             if self.planner is None or (path in self.planned_files and path not in self.processed):
                 gaps.append(ckpt.Gap(path.name, size, start, end, reason="aged_unread"))
@@ -733,13 +748,30 @@ class CollectionRunner:
         """Files read past by the last commit or by the running pipeline (not committed yet)."""
         if self.pipeline is None:
             return self.processed
+        return self.processed | self._read_past(self._live_positions(), profile)[1]
+
+    def _live_positions(self) -> dict[str, Any]:
+        assert self.pipeline is not None
         live = {name: feed.position() for name, feed in self.pipeline.feeds.items()}
-        return self.processed | self._read_past(msgspec.to_builtins(live, builtin_types=(bytes,)), profile)[1]
+        return msgspec.to_builtins(live, builtin_types=(bytes,))  # type: ignore[no-any-return]
+
+    def lag_s(self, now: float) -> float:
+        """How long (at wall time ``now``) the oldest complete slice the pipeline has not read to its
+        end has waited, since its ``.done`` was written or, for one older than this run, since the
+        daemon found it (0: none waits). A slice the profiler still writes is not counted: its data is
+        as new as the reading can be."""
+        if self.pipeline is None or self.profile is None or self.finished or self.failed:
+            return 0.0
+        done_sizes = {path: info[0] for path, info in self.done_info.items()}
+        planned, read = self._read_past(self._live_positions(), self.profile, done_sizes)
+        waiting = [since for path, since in self.known_since.items() if path in planned and path not in read]
+        return max(0.0, now - min(waiting)) if waiting else 0.0
 
     def _read_past(
-        self, positions: dict[str, Any], profile: discovery.Profile
+        self, positions: dict[str, Any], profile: discovery.Profile, sizes: dict[Path, int] | None = None
     ) -> tuple[set[Path], set[Path]]:
-        """The planned streams' files in ``profile``, and those the feeds at ``positions`` have read past."""
+        """The planned streams' files in ``profile``, and those the feeds at ``positions`` have read past
+        (or, with the ``sizes`` of complete files, read to their end)."""
         planned: set[Path] = set()
         past: set[Path] = set()
         if self.planner is None:
@@ -751,7 +783,7 @@ class CollectionRunner:
             ]
             planned.update(p for group in files for p in group)
             for index, (position, group) in enumerate(_readings(positions.get(name), len(streams))):
-                past.update(_read_past(position, files[index : index + 1] if group else files))
+                past.update(_read_past(position, files[index : index + 1] if group else files, sizes or {}))
         return planned, past
 
     def _aged_while_down(self, positions: dict[str, Any], profile: discovery.Profile) -> list[ckpt.Gap]:
@@ -838,6 +870,7 @@ class CollectionRunner:
         for victim in decision.paths:
             victim.unlink(missing_ok=True)
             self.completed.pop(victim, None)
+            self.known_since.pop(victim, None)
             self.done_info.pop(victim, None)
         self.aged_any = True
         self.log.info(
@@ -887,8 +920,9 @@ def _first_needed(readings: list[tuple[Any, bool]], number: int) -> int | None:
     return int(offsets["slice"]) + (1 if offsets["offset"] else 0)
 
 
-def _read_past(position: Any, files: list[list[Path]]) -> Iterator[Path]:
-    """Files of ``files`` (per stream, in order) that the reading at ``position`` is past."""
+def _read_past(position: Any, files: list[list[Path]], sizes: dict[Path, int]) -> Iterator[Path]:
+    """Files of ``files`` (per stream, in order) that the reading at ``position`` is past, and the one
+    it stands in if ``sizes`` gives that file's size and the reading is at its end."""
     index, offsets = position
     for number, group in enumerate(files):
         if number < index:
@@ -898,6 +932,8 @@ def _read_past(position: Any, files: list[list[Path]]) -> Iterator[Path]:
             names = [p.name for p in group]
             stop = names.index(current) if current in names else len(group)
             yield from group[:stop]
+            if stop < len(group) and offsets["offset"] >= sizes.get(group[stop], offsets["offset"] + 1):
+                yield group[stop]
 
 
 class Collector:
@@ -911,7 +947,6 @@ class Collector:
         self.stop = threading.Event()
         self._lock_file: IO[str] | None = None
         self._missing_logged = False
-        self._caught_up_at = time.monotonic()
         self._lagging = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -1046,10 +1081,8 @@ class Collector:
             return None
 
     def _measure_lag(self, profiles: dict[str, discovery.Profile]) -> None:
-        now = time.monotonic()
-        if all(self.runners[k].caught_up for k in profiles):
-            self._caught_up_at = now
-        lag = now - self._caught_up_at
+        now = time.time()  # .done files carry wall-clock times
+        lag = max((self.runners[k].lag_s(now) for k in profiles), default=0.0)
         self.metrics.set(lag_s=lag)
         lagging = lag > max(10 * self.config.poll_interval_s, self.config.window_s)
         if lagging and not self._lagging:

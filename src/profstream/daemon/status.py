@@ -75,7 +75,7 @@ class Metrics:
                 "# HELP profstream_records_per_second Raw records read per second, per record family.",
                 "# TYPE profstream_records_per_second gauge",
                 *(f'profstream_records_per_second{{family="{f}"}} {r:.3f}' for f, r in sorted(rates.items())),
-                "# HELP profstream_lag_seconds How long ago the daemon last had read everything written.",
+                "# HELP profstream_lag_seconds How long the oldest complete unread slice has waited.",
                 "# TYPE profstream_lag_seconds gauge",
                 f"profstream_lag_seconds {self.lag_s:.3f}",
                 "# HELP profstream_output_bytes Bytes the daemon's committed outputs hold on disk.",

@@ -9,11 +9,14 @@ so the order of :mod:`profstream.daemon.checkpoint` holds: files first, checkpoi
 pipeline goes on with the next window: rendering CSV, chrome-trace JSON and Parquet no longer takes
 the pipeline's core (they cost about as much CPU as the pipeline itself; bench/README.md, "Session 21").
 A thread in the child reads the pipe as fast as it fills, so the pipeline does not wait while a
-window is written; the collector ends a window only after the one before is written, so the child
-holds at most the window it writes and the one arriving. The child dies with the collector
-(``PR_SET_PDEATHSIG`` on Linux): after a ``kill -9`` no writer of the old run renames files while a
-restarted collector drops the uncommitted ones. :class:`InlineWindows` writes in the calling process,
-where fork is not available, and in tests that patch the writing.
+window is written; the collector ends a window only while fewer than two are not written yet, so the
+child holds at most three: the one it writes, one ended, and the one arriving. The child dies with
+the collector (``PR_SET_PDEATHSIG`` on Linux): after a ``kill -9`` no writer of the old run renames
+files while a restarted collector drops the uncommitted ones. :class:`InlineWindows` writes in the
+calling process, where fork is not available, and in tests that patch the writing. The child is
+forked before its collection's pipeline reads anything; with several collections under one watch
+dir it inherits the raw-file maps the others' pipelines hold at that moment, which keep those
+slices' disk space until it exits if the profiler ages them.
 
 A window the disk is too full for is kept and written again every ``retry_s`` (a :class:`Blocked`
 each time) until it fits; part files renamed before the failure are rewritten under the same names.
