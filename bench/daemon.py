@@ -249,6 +249,9 @@ def main() -> int:
     parser.add_argument("--poll", type=float, default=0.5, help="daemon poll interval, s")
     parser.add_argument("--window", type=float, default=2.0, help="daemon commit window, s")
     parser.add_argument(
+        "--sim-storage-limit", type=float, help="MB under which the simulated collector ages its slices"
+    )
+    parser.add_argument(
         "--layout", default="auto", help="collect --layout (parquet: Parquet parts only, no window dirs)"
     )
     args = parser.parse_args()
@@ -258,7 +261,10 @@ def main() -> int:
         config = work / "daemon.toml"
         config.write_text(CONFIG.format(poll=args.poll, window=args.window))
         runs = [once(work, size, config, *flags) for size in args.size]
-        runs += [follow(work, rate, args.duration, config, *flags) for rate in args.rate]
+        runs += [
+            follow(work, rate, args.duration, config, *flags, storage_limit_mb=args.sim_storage_limit)
+            for rate in args.rate
+        ]
     print(
         f"Machine: {os.uname().machine}, {os.cpu_count()} cores; poll {args.poll} s, window {args.window} s, "
         f"layout {args.layout}"
