@@ -133,6 +133,13 @@ def test_kill_9_anywhere_then_restart_is_exactly_once(
     assert _windows(out) == offline_layout
 
 
+def _small_windows(raw: Path, out: Path, *, fork_writer: bool) -> CollectorConfig:
+    """A --once run over ``raw`` committing every 3 pipeline steps, polling every 10 ms."""
+    return CollectorConfig(
+        watch_dir=raw, output=out, poll_interval_s=0.01, once=True, window_steps=3, fork_writer=fork_writer
+    )
+
+
 @pytest.mark.parametrize("fork_writer", [True, False], ids=["forked-writer", "inline-writer"])
 def test_a_full_output_disk_pauses_and_retries_without_corruption(
     raw: Path,
@@ -147,25 +154,16 @@ def test_a_full_output_disk_pauses_and_retries_without_corruption(
     write = WindowFiles._write_layout
 
     def full_disk(self: WindowFiles, window: int, batches: list[tuple[str, pa.RecordBatch]]) -> list[Path]:
-        paths = write(
-            self, window, batches
-        )  # the part files and the layout are renamed before the disk "fills"
+        # the part files and the layout are renamed before the disk "fills"
+        paths = write(self, window, batches)
         if next(failures, False):
             msg = "cannot write part: No space left on device"
             raise SinkError(msg)
         return paths
 
-    config = CollectorConfig(
-        watch_dir=raw,
-        output=tmp_path / "out",
-        poll_interval_s=0.01,
-        once=True,
-        window_steps=3,
-        fork_writer=fork_writer,
-    )
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(WindowFiles, "_write_layout", full_disk)
-        assert Collector(config).run() == 0
+        assert Collector(_small_windows(raw, tmp_path / "out", fork_writer=fork_writer)).run() == 0
     assert rows(daemon_parquet(tmp_path / "out")) == offline
     assert sum(e["event"] == "backpressure" for e in logs) == 3
 
@@ -182,16 +180,8 @@ def test_a_window_holds_the_task_rows_of_a_layout_but_not_the_tasks_again(
         held.append({stream.partition("@")[0] for stream, _ in self.filling})
         seal(self, window)
 
-    monkeypatch.setattr(WindowFiles, "seal", record)
-    config = CollectorConfig(
-        watch_dir=raw,
-        output=tmp_path / "out",
-        poll_interval_s=0.01,
-        once=True,
-        window_steps=3,
-        fork_writer=False,
-    )
-    assert Collector(config).run() == 0
+    monkeypatch.setattr(WindowFiles, "seal", record)  # the writer in this process sees it
+    assert Collector(_small_windows(raw, tmp_path / "out", fork_writer=False)).run() == 0
     assert any("task_rows" in tables for tables in held)
     assert not any("tasks" in tables for tables in held)
     assert rows(daemon_parquet(tmp_path / "out")) == offline
