@@ -487,8 +487,7 @@ class CollectionRunner:
             self.lost = str(err)
             return False
         except WorkerError as err:
-            self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
-            return False
+            return self._writer_lost(err)
         if self.profile is not None and not self.profile.path.is_dir():
             self.lost = f"{self.profile.path} vanished while it was read"
             return False
@@ -555,8 +554,7 @@ class CollectionRunner:
         try:
             self.windows.end(window)
         except WorkerError as err:
-            self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
-            return False
+            return self._writer_lost(err)
         self.in_flight.append(ended)
         self.window_rows, self.buffered_bytes, self.dirty, self.steps_since_commit = 0, 0, False, 0
         self.last_commit = time.monotonic()
@@ -573,8 +571,7 @@ class CollectionRunner:
         try:
             results = self.windows.results(timeout)
         except WorkerError as err:
-            self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
-            return False
+            return self._writer_lost(err)
         for result in results:
             if isinstance(result, Blocked):
                 self.blocked = True
@@ -589,6 +586,11 @@ class CollectionRunner:
                 self._checkpoint(self.in_flight[0], result.paths)
                 self.in_flight.popleft()  # after: a window is in flight until it is committed
         return not self.blocked
+
+    def _writer_lost(self, err: WorkerError) -> bool:
+        """The window writer died: the runner cannot go on (the collector replaces it). False."""
+        self.lost, self.lost_event = str(err), events.WINDOW_WRITER_LOST
+        return False
 
     def flush(self, give_up: Callable[[], bool]) -> bool:
         """Wait until every ended window is written and checkpointed; False if ``give_up()`` says

@@ -135,8 +135,9 @@ class WindowFiles:
     def write_next(self) -> Written:
         """Write the oldest sealed window; it stays sealed if this raises."""
         window, batches = self.sealed[0]
-        paths = self._write_parts(window, batches) + self._write_layout(window, batches)
-        ckpt.fsync_files(paths)
+        parts = self._write_parts(window, batches)
+        ckpt.fsync_files(parts)
+        paths = parts + self._write_layout(window, batches)  # fsynced as it is written
         self.sealed.popleft()
         if self.committed_steps is not None:
             self.committed_steps += [b for s, b in batches if s.partition("@")[0] == FRAMEWORK_STEPS]

@@ -9,11 +9,10 @@ partition column is one file ``{directory}/part-0.parquet``; rows whose device i
 Row groups: small streaming batches make small row groups, which are both slower and about 40%
 larger (peers.md §5.5), so batches are buffered per partition and written ``row_group_rows``
 (1,000,000) rows at a time, zstd-compressed, text columns dictionary-encoded and the others plain;
-the rest goes out at close. To keep memory bounded,
-when the buffers pass their :class:`BufferBudget` (``max_buffered_bytes`` of the sink's own, or one
-shared by several sinks) the largest one is written early as a smaller row group: a million rows
-of a wide table (the tasks table: about 330 bytes a row) would hold more memory than a whole export
-may use.
+the rest goes out at close. To keep memory bounded, when the buffers pass their
+:class:`BufferBudget` (``max_buffered_bytes`` of the sink's own, or one shared by several sinks)
+the largest one is written early as a smaller row group: a million rows of a wide table (the tasks
+table: about 330 bytes a row) would hold more memory than a whole export may use.
 
 Each file is written under a hidden temporary name (which ``pyarrow.dataset`` and DuckDB globs
 skip) and renamed into place at close, replacing a file of the same name.
