@@ -8,6 +8,7 @@ import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import msgspec
@@ -16,7 +17,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from profstream.daemon import checkpoint as ckpt
-from profstream.daemon.collector import LOCK_NAME, Collector, CollectorConfig
+from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig
+from profstream.daemon.status import Metrics
 from profstream.daemon.windows import WindowFiles
 from profstream.engine.layouts import Layout, is_timeline
 from profstream.engine.runtime import Pipeline
@@ -232,6 +234,19 @@ def test_timeline_windows_age_oldest_first_under_timeline_limit(tmp_path: Path) 
         k.replace("window-", "") for k in gone
     }
     assert layout_rows(out).keys() >= {k for k in layout_rows(tmp_path / "unlimited") if k != "timeline"}
+
+
+def test_the_timeline_books_take_only_committed_windows(tmp_path: Path) -> None:
+    """The writer may have renamed the next windows' directories into place when a window is
+    committed; read back from disk, the books (what timeline_limit ages) hold none of them, or they
+    would count twice once committed themselves."""
+    runner = CollectionRunner("c", CollectorConfig(watch_dir=tmp_path, output=tmp_path / "out"), Metrics())
+    out_dir = tmp_path / "out" / "c" / "ASCEND_PROFILER_OUTPUT"
+    for window in range(4):
+        (out_dir / ckpt.window_dir_name(window)).mkdir(parents=True)
+        (out_dir / ckpt.window_dir_name(window) / "trace_view.json").write_bytes(b"[]")
+    runner.context = cast("Any", SimpleNamespace(out_dir=out_dir))
+    assert [window for window, _ in runner._scan_timelines(1)] == [0, 1]
 
 
 def _slice_number(path: Path) -> int:

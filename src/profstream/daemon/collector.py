@@ -629,7 +629,7 @@ class CollectionRunner:
         then kept up to date, so a commit costs the same after a week as after a minute.
         """
         if self.timelines is None:
-            self.timelines = deque(self._scan_timelines())  # holds this window's files already
+            self.timelines = deque(self._scan_timelines(window))  # holds this window's files already
             self.timeline_bytes = sum(size for _, files in self.timelines for _, size in files)
         else:
             files = [(p, _size(p)) for p in written if is_timeline(p.name)]
@@ -652,14 +652,16 @@ class CollectionRunner:
                 stored_bytes=self.timeline_bytes,
             )
 
-    def _scan_timelines(self) -> list[tuple[int, list[tuple[Path, int]]]]:
-        """The committed windows that hold timeline files, with their sizes, oldest first."""
+    def _scan_timelines(self, window: int) -> list[tuple[int, list[tuple[Path, int]]]]:
+        """The committed windows (up to ``window``) that hold timeline files, with their sizes, oldest
+        first. The writer may have renamed later windows' directories into place already: they come
+        into the books when they are committed."""
         if self.context is None or not self.context.out_dir.is_dir():
             return []
         found = []
         for path in self.context.out_dir.iterdir():
             match = ckpt.WINDOW_DIR.match(path.name)
-            if match is None:
+            if match is None or int(match.group(1)) > window:
                 continue
             files = [(p, _size(p)) for p in sorted(path.iterdir()) if is_timeline(p.name)]
             if files:
