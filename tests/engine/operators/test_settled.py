@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from profstream.engine.operators import settled
 from profstream.engine.operators.host_join import task_key
 from profstream.engine.operators.settled import SettledLaunches
+from profstream.engine.runtime import pack_state, unpack_state
 
 DESCRIBED = pa.schema(
     [
@@ -100,9 +101,18 @@ def test_keeps_the_newest_row_per_pair_like_a_dict(
             else:
                 assert row == kept
 
-    again = SettledLaunches(DESCRIBED)  # a restored snapshot gives the same rows back
+    again = SettledLaunches(DESCRIBED)  # its rows added to a new store give the same rows back
     again.add(store.live())
     assert again.live().equals(store.live())
+
+    state = pack_state({"settled": store.state()})  # a snapshot restores the same store, byte for byte
+    restored = SettledLaunches.restored(DESCRIBED, unpack_state(state)["settled"])
+    assert pack_state({"settled": restored.state()}) == state
+    assert restored.live().equals(store.live())
+    later = described(batches[0] if batches else [], time_ns)
+    store.add(later)  # and both go on alike
+    restored.add(later)
+    assert restored.live().equals(store.live())
 
 
 def test_values_reads_numeric_columns_of_every_pair_or_of_some_slots() -> None:

@@ -768,7 +768,7 @@ class Communication(Operator):
                 "infos": frozen(self._infos),
                 "op_infos": frozen(self._op_infos),
                 "host": frozen(self._host),
-                "settled": frozen(self._settled_host.live()),
+                "settled": self._settled_host.state(),
                 "ops": frozen(self._ops),
                 "ops_kept": self._ops_kept,
                 "device": frozen(self._device),
@@ -789,8 +789,7 @@ class Communication(Operator):
         self._infos = thawed(doc["infos"], _INFOS)
         self._op_infos = thawed(doc["op_infos"], _OP_INFOS)
         self._host = thawed(doc["host"], _HOST)
-        self._settled_host = SettledLaunches(_HOST)
-        self._settled_host.add(thawed(doc["settled"], _HOST))
+        self._settled_host = SettledLaunches.restored(_HOST, doc["settled"])
         self._ops = thawed(doc["ops"], _OPS)
         self._ops_kept = int(doc["ops_kept"])
         self._device = thawed(doc["device"], _DEVICE)

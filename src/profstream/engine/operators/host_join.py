@@ -752,7 +752,7 @@ class HostJoin(Operator):
                 "device": frozen(self._device),
                 "launches": frozen(self._launches),
                 "described": frozen(self._described),
-                "settled": frozen(self._settled.live()),
+                "settled": self._settled.state(),
                 "apis": frozen(self._apis.rows),
                 "basic": frozen(self._basic),
                 "tensors": frozen(self._tensors),
@@ -768,8 +768,7 @@ class HostJoin(Operator):
         self._device = thawed(doc["device"], self._device_schema)
         self._launches = thawed(doc["launches"], _LAUNCHES)
         self._described = thawed(doc["described"], _DESCRIBED)
-        self._settled = SettledLaunches(_DESCRIBED)
-        self._settled.add(thawed(doc["settled"], _DESCRIBED))
+        self._settled = SettledLaunches.restored(_DESCRIBED, doc["settled"])
         self._apis = ApiTree(TREE_LEVELS, thawed(doc["apis"], API_STATE))
         self._basic = thawed(doc["basic"], _BASIC)
         self._tensors = thawed(doc["tensors"], _TENSORS)
