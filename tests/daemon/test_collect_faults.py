@@ -304,6 +304,69 @@ def test_a_slice_aged_by_the_profiler_before_it_was_read_is_a_recorded_gap(
     assert rows(daemon_parquet(tmp_path / "out")) == expected
 
 
+def test_a_gap_found_while_a_checkpoint_is_saved_goes_into_a_checkpoint_saved_after_it(
+    raw: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints are saved in the background, one at a time in window order. A slice aged unread
+    while one is being saved (held here until the gap is found) is recorded once that save is done,
+    in a checkpoint of the newest commit: no checkpoint goes back to an older window, and the end
+    holds the gap and every other row."""
+    prof = tmp_path / "watch" / raw.name
+    victim = _slices(raw, "device_0/data/stars_soc.data.0")[-1]
+    release = threading.Event()
+    saved: list[int] = []
+    saving_at_gap: list[int] = []
+    save, mid_commit = ckpt.save, CollectionRunner._mid_commit
+    update, record_gaps = CollectionRunner.update, CollectionRunner._record_gaps
+
+    def counted_save(path: Path, checkpoint: ckpt.Checkpoint) -> None:
+        saved.append(checkpoint.window)
+        save(path, checkpoint)
+
+    def held(runner: CollectionRunner, window: int) -> None:
+        release.wait(60)
+        mid_commit(runner, window)
+
+    def age_while_saving(runner: CollectionRunner, profile: Any) -> None:
+        if runner.saving and not release.is_set() and not (prof / victim).exists():
+            _put(raw, prof, [victim, victim.with_name(f"{victim.name}.done")])
+            update(runner, profile)  # listed, then aged before the pipeline reads it
+            (prof / victim).unlink()
+            (prof / f"{victim}.done").unlink()
+            # the next poll finds it gone (at once: with the save held, the loop could soon be
+            # waiting for it in a commit)
+            update(runner, profile)
+            return
+        update(runner, profile)
+
+    def noted(runner: CollectionRunner, gaps: list[ckpt.Gap]) -> None:
+        saving_at_gap.append(len(runner.saving))
+        release.set()
+        record_gaps(runner, gaps)
+
+    monkeypatch.setattr(ckpt, "save", counted_save)
+    monkeypatch.setattr(CollectionRunner, "_mid_commit", held)
+    monkeypatch.setattr(CollectionRunner, "update", age_while_saving)
+    monkeypatch.setattr(CollectionRunner, "_record_gaps", noted)
+    _put(
+        raw, prof, [r for r in _files(raw) if not _is_end(r) and r.name.removesuffix(".done") != victim.name]
+    )
+    with Daemon(tmp_path / "watch", tmp_path / "out") as daemon:
+        daemon.settle(lambda runner: release.is_set())
+        _put(raw, prof, [r for r in _files(raw) if _is_end(r)])
+        daemon.settle(_finished)
+    assert daemon.code == 0
+    assert saving_at_gap and saving_at_gap[0] > 0  # the gap was found while a save was held
+    assert saved == sorted(saved)
+    final = ckpt.load(daemon.runner.checkpoint_path)
+    assert final is not None
+    assert final.finished
+    assert [g.file for g in final.gaps] == [victim.name]
+    assert [g["file"] for g in _gaps(tmp_path / "out")] == [victim.name]
+    expected = offline_rows(_without(raw, {victim.name}, tmp_path / "rest").parent, tmp_path / "offline")
+    assert rows(daemon_parquet(tmp_path / "out")) == expected
+
+
 def test_a_slice_aged_after_it_was_read_is_no_gap(raw: Path, offline: Rows, tmp_path: Path) -> None:
     """Control for the test above: the profiler ages a slice the daemon already committed."""
     prof = tmp_path / "watch" / raw.name

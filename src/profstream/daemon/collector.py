@@ -358,6 +358,7 @@ class CollectionRunner:
         self.done_info: dict[Path, tuple[int, int | None, int | None]] = {}  # size, .done times
         self.processed: set[Path] = set()
         self.planned_files: set[Path] = set()
+        self.planned_kinds: set[tuple[Path, str]] = set()  # (directory, file kind) of planned streams
         self.reported: set[Path] = set()
         self.policy: AgingPolicy | None = None
         self.layout: Layout = "parquet"  # of the window directories, once planned
@@ -774,7 +775,7 @@ class CollectionRunner:
             self.completed.pop(path)
             self.known_since.pop(path)
             size, start, end = self.done_info.pop(path)
-            if self.planner is None or (path in self.planned_files and path not in self.processed):
+            if self.planner is None or (self._planned(path) and path not in self.processed):
                 gaps.append(ckpt.Gap(path.name, size, start, end, reason="aged_unread"))
         if gaps:
             self._record_gaps(gaps)
@@ -790,6 +791,13 @@ class CollectionRunner:
         positions = Pipeline.feed_positions(self.snapshot) if self.snapshot else {}
         if self.profile is not None:
             self.planned_files, self.processed = self._read_past(positions, self.profile)
+            self.planned_kinds |= {(p.parent, discovery.file_kind(p.name)) for p in self.planned_files}
+
+    def _planned(self, path: Path) -> bool:
+        """``path`` is a slice of a planned stream, also one that appeared after the last commit."""
+        return (
+            path in self.planned_files or (path.parent, discovery.file_kind(path.name)) in self.planned_kinds
+        )
 
     def _read_now(self, profile: discovery.Profile) -> set[Path]:
         """Files read past by the last commit or by the running pipeline (not committed yet)."""
@@ -895,7 +903,7 @@ class CollectionRunner:
             nonlocal read
             if self.planner is None or self.profile is None:
                 return True
-            if path not in self.planned_files:
+            if not self._planned(path):
                 return False
             if read is None:
                 read = self._read_now(self.profile)
@@ -905,7 +913,7 @@ class CollectionRunner:
         decision = self.policy.to_delete(free_bytes)
         if not decision:
             return
-        if not set(decision.paths) & self.planned_files <= self.processed:
+        if not all(path in self.processed for path in decision.paths if self._planned(path)):
             # what the pipeline read but did not commit yet must be durable first; should the
             # output disk be full, the rows stay with the writer until it is not (a crash then
             # loses them)
