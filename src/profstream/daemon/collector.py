@@ -8,9 +8,10 @@ canonical table goes to the collection's window writer (:mod:`profstream.daemon.
 process by default) and is committed per window as new part files
 ``OUT/<collection>/parquet/<table>/[device_id=N/]part-<window>.parquet`` (temporary name, rename,
 fsync); once the writer says a window is written, the checkpoint (the pipeline snapshot taken when the
-window ended + window number) is replaced atomically (:mod:`profstream.daemon.checkpoint`). The
-pipeline reads the next window meanwhile; it ends a window only while fewer than two are not yet
-committed.
+window ended + window number) is replaced atomically (:mod:`profstream.daemon.checkpoint`) by a
+background thread, one checkpoint at a time in window order, and the window counts as committed once
+its checkpoint is durable. The pipeline reads the next window meanwhile; it ends a window only while
+fewer than two are not yet committed.
 The pipeline emits each row once, in order, so a restart that drops the uncommitted windows and
 resumes from the snapshot produces exactly the rows after it: after ``kill -9`` at any moment the
 committed outputs equal an offline ``export --layout parquet`` of the same data, as multisets of rows
