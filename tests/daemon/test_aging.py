@@ -220,6 +220,25 @@ def test_an_aged_unpaired_slice_leaves_its_place_to_its_late_partner() -> None:
     assert _names(decision) == ["aicore.data.0.slice_0"]
 
 
+def test_files_deleted_by_someone_else_leave_the_books() -> None:
+    """The profiler ages its own slices: forgotten, they neither count towards the limit nor come
+    up for aging again; the other side of a forgotten pair ages alone."""
+    policy = _policy()
+    policy.add(_slice("llc.data.0", 0), 300)
+    policy.add(_slice("hwts.data.0", 0), 100)
+    policy.add(_slice("aicore.data.0", 0), 100)  # pairs with hwts slice_0
+    policy.add(_slice("aicore.data.0", 1), 100)
+    policy.add(_slice("llc.data.0", 1), 300)
+    policy.forget({_slice("llc.data.0", 0), _slice("hwts.data.0", 0)})
+    assert policy.total_bytes == 500
+    policy.add(_slice("llc.data.0", 2), 450)  # 950 stored, 50 over: aicore slice_0 goes alone
+    assert _names(policy.to_delete()) == ["aicore.data.0.slice_0"]
+    policy.forget({_slice("llc.data.0", 1)})  # llc slice_2 is now the last of its family
+    policy.add(_slice("hwts.data.0", 1), 400)  # 950 stored again, but every file left is a last one
+    assert policy.total_bytes == 950
+    assert not policy.to_delete()
+
+
 def test_pairs_are_per_device() -> None:
     policy = _policy()
     policy.add(_slice("hwts.data.0", 0), 100)

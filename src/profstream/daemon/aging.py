@@ -50,7 +50,7 @@ Choices where the collector is looser than the issue asks, or does not apply:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,6 +221,17 @@ class AgingPolicy:
             return
         entry.pair = (side, path.parent, path.name.split(side, 1)[1].rpartition(".")[0])
         self._insert_paired(entry)
+
+    def forget(self, paths: Collection[Path]) -> None:
+        """Drop from the books files someone else deleted (the profiler's own aging): left in, they
+        would count towards the limit for ever and be chosen for aging again."""
+        gone = [entry for entry in self._entries if entry.path is not None and entry.path in paths]
+        for entry in gone:
+            self._family_files[entry.family] -= 1
+            self.total_bytes -= entry.size
+            if entry.partner is not None:
+                entry.partner.partner = None  # the other side now ages alone
+        self._drop(gone)
 
     def to_delete(self, free_bytes: int | None = None) -> AgingDecision:
         """Choose the files to age now, oldest first, and drop them from the books.

@@ -50,8 +50,8 @@ Choices (the issue leaves them open):
   stands up to the lowest slice present is a gap (``reason="aged_while_down"``, size and times
   unknown: the file and its ``.done`` are gone). Limits: when the slice the checkpoint had partly
   read vanished too, only its reader's ``gap`` log event (without a reason) tells that the rest of
-  it, if any, was skipped; it is not in ``gaps.json``. A vanished slice stays in the storage-limit
-  books until the end of the run.
+  it, if any, was skipped; it is not in ``gaps.json``. A vanished slice leaves the storage-limit
+  books (it no longer takes space, and there is nothing left to age).
 * A window that fails with ENOSPC stays with the writer, which writes it again each poll; the
   collector logs ``backpressure`` each time and reads nothing more of that collection meanwhile.
   Part files renamed before the failure are rewritten under the same names, so nothing is
@@ -771,6 +771,8 @@ class CollectionRunner:
         Before planning every slice counts as unread. Only the committed frontier counts: a reader
         that meets a vanished slice skips it, so its position cannot tell read from skipped.
         """
+        if self.policy is not None:
+            self.policy.forget(set(paths))
         gaps = []
         for path in sorted(paths):
             self.completed.pop(path)
