@@ -184,10 +184,8 @@ class SettledLaunches:
 
     def _filled(self, name: str) -> Block:
         """A column's values (or codes) of every used slot, in slot order."""
-        blocks = self._blocks[name]
-        if not blocks:
-            return np.empty(0, np.int32 if name in self._text else self._dtypes[name])
-        return _joined(blocks, len(self._pairs))
+        dtype = np.int32 if name in self._text else self._dtypes[name]
+        return _joined(self._blocks[name], len(self._pairs), dtype)
 
     def take(self, slots: I64) -> pa.Table:
         """The rows at ``slots``, a null row where a slot is -1; text dictionary-encoded."""
@@ -223,7 +221,7 @@ class SettledLaunches:
             "pairs": self._pairs,
             "at": self._at,
             "values": {name: self._filled(name) for name in self._blocks},
-            "valid": {name: _joined(blocks, count) for name, blocks in self._valid.items()},
+            "valid": {name: _joined(blocks, count, np.bool_) for name, blocks in self._valid.items()},
             "words": {name: list(words) for name, words in self._words.items()},
             "word_limit": dict(self._word_limit),
         }
@@ -267,6 +265,6 @@ class SettledLaunches:
         return pa.table(rows), older | (found >= 0)
 
 
-def _joined(blocks: list[Block], count: int) -> Block:
-    """The first ``count`` slots of a column's blocks as one array."""
-    return np.concatenate(blocks)[:count] if blocks else np.empty(0, np.bool_)
+def _joined(blocks: list[Block], count: int, dtype: npt.DTypeLike) -> Block:
+    """The first ``count`` slots of a column's blocks as one array (empty of ``dtype`` before any block)."""
+    return np.concatenate(blocks)[:count] if blocks else np.empty(0, dtype)
