@@ -58,9 +58,9 @@ class Gap(msgspec.Struct, frozen=True):
 #: the layout of the operator states a checkpoint holds; raised whenever an operator's snapshot changes
 #: (2: session 14's watermark promises and op-tree chain; 3: the L2Cache operator of a device with
 #: l2_cache.data, and the row-by-row operators' skipped count; 4: the HbmBandwidth operator of a device
-#: with hbm.data; 5: the settled-launch stores as held, text as codes), so that another version refuses
-#: a checkpoint instead of misreading it
-STATE_FORMAT = 5
+#: with hbm.data; 5: the settled-launch stores as held, text as codes; 6: Memory's name dictionary
+#: limit), so that another version refuses a checkpoint instead of misreading it
+STATE_FORMAT = 6
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):

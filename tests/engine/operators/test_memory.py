@@ -20,7 +20,7 @@ from profstream.engine.feeds import FeedSet
 from profstream.engine.operators import memory as memory_module
 from profstream.engine.operators.framework_ops import FrameworkOps
 from profstream.engine.operators.memory import Memory, NpuMemory
-from profstream.engine.runtime import Pipeline, at
+from profstream.engine.runtime import Pipeline, at, unpack_state
 from profstream.engine.schema import TABLES, conform
 from profstream.simulate import SimulationConfig, simulate
 from profstream.simulate.workload import build_template
@@ -460,6 +460,58 @@ def test_memory_snapshot_round_trip(cut: int) -> None:
     whole = drive(make(), memory_steps())
     assert len(whole["memory"]) > 30 and len(whole["memory_record"]) > 100
     assert drive_resumed(make, memory_steps(), cut) == whole
+
+
+def steps_naming_ops_anew(blocks: int) -> list[Step]:
+    """Every block names its ops anew (as ``ProfilerStep#N`` does); two allocations of the first block
+    outlive every block's ops: one freed in the last block, one never."""
+    steps: list[Step] = []
+    for block in range(blocks):
+        base, op_id, ptr = block * 1000, block * 10, 0x100 + block
+        tree = [
+            (op_id, None, "cpu_op", f"ProfilerStep#{block}", 1, base, base + 990),
+            (op_id + 1, op_id, "cpu_op", f"aten::op{block}", 1, base + 10, base + 500),
+        ]
+        records = [(base + 20, M, ptr, 64), (base + 400, F, ptr, -64), (base + 410, B, ptr, -64)]
+        if block == 0:
+            records += [(base + 30, M, 0x1, 32), (base + 40, M, 0x2, 16)]
+        if block == blocks - 1:
+            records += [(base + 600, F, 0x1, -32), (base + 610, B, 0x1, -32)]
+        steps += [("ops", ops(tree)), (PTA_IN, pta(sorted(records))), base + 900]
+    return steps
+
+
+def names_held(op: Memory) -> int:
+    return len(unpack_state(op.snapshot())["names"])
+
+
+def test_names_no_row_refers_to_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name dictionary drops names once no held op or open allocation uses them; no row changes,
+    and allocations open across many compactions keep their names."""
+
+    def make() -> Memory:
+        return Memory([0], ge=False, app_devices=(), ops_lag_ns=0)
+
+    steps = steps_naming_ops_anew(40)
+    growing = make()
+    whole = drive(growing, steps)
+    assert names_held(growing) == 80  # below NAMES_KEPT: every name is still there
+    names = {row["alloc_ns"]: row["name"] for row in whole["memory"]}
+    assert names[30] == names[40] == "aten::op0" and names[39020] == "aten::op39" and len(names) == 42
+
+    monkeypatch.setattr(memory_module, "NAMES_KEPT", 4)
+    compacting = make()
+    held: list[int] = []
+    for step in steps:
+        if isinstance(step, int):
+            compacting.advance(step)
+        else:
+            compacting.push(*step)
+        held.append(names_held(compacting))
+    assert max(held) <= 10  # the live ops' names (two blocks' worth), up to twice over
+    assert drive(make(), steps) == whole
+    for cut in (2, 31, 77, 119):
+        assert drive_resumed(make, steps, cut) == whole
 
 
 def test_npu_memory_snapshot_round_trip() -> None:

@@ -126,6 +126,24 @@ def pta_state(payload_width: int = 0, key_width: int = 2) -> KeyedState:
     return KeyedState.new(key_width, _GROUP_FIXED + 3 * payload_width, 3)
 
 
+def _payload_rows(state: KeyedState, column: int) -> tuple[Int64Array, Int64Array]:
+    width = (state.table.values.shape[0] - _GROUP_FIXED) // 3
+    rows = _GROUP_FIXED + np.array([MALLOC, FREE, BLOCK_FREE]) * width + column
+    return rows, np.flatnonzero(state.table.used)
+
+
+def open_pta_payload(state: KeyedState, column: int) -> Int64Array:
+    """Payload ``column`` of every open PTA group, one row per data type (MALLOC, FREE, BLOCK_FREE)."""
+    rows, slots = _payload_rows(state, column)
+    return state.table.values[np.ix_(rows, slots)]
+
+
+def set_open_pta_payload(state: KeyedState, column: int, values: Int64Array) -> None:
+    """Overwrite what :func:`open_pta_payload` returned (a caller re-coding what its payload refers to)."""
+    rows, slots = _payload_rows(state, column)
+    state.table.values[np.ix_(rows, slots)] = values
+
+
 def ge_state(payload_width: int = 0, key_width: int = 3) -> KeyedState:
     """State of :func:`match_ge` before the first batch: pending allocations per (operator, addr, device)."""
     return KeyedState.new(key_width, 3 + payload_width, 5)

@@ -137,6 +137,10 @@ GE_MIN_DATA_LEN = 48
 #: records one emit step turns into rows, about: the end of a run or a watermark jump releases a whole
 #: reorder window at once (613,100 memory_record rows and +120 MB of peak RSS in one step, 1 GB torch_npu run)
 EMIT_RECORDS = 65_536
+#: op names kept before the name dictionary drops those no held row refers to: torch runs name an
+#: op ``ProfilerStep#N`` per step, so a dictionary that only grew would grow with the run (about
+#: 12,000 names a minute in a 5 GB torch_npu simulation)
+NAMES_KEPT = 4096
 
 # PTA records not yet final, and the payload each carries into the match (name = resolved op)
 _PTA = ("time", "seq", "pid", "tid", "ptr", "kind", "component", "inner", "size", "allocated",
@@ -254,6 +258,7 @@ class Memory(Operator):
         self._deq = empty_columns(_DEQ)
         self._names: list[str] = []
         self._codes: dict[str, int] = {}
+        self._names_limit = NAMES_KEPT  # the dictionary's size that triggers the next compaction
         self._last_pta = empty_columns(_LAST)
         self._last_ge = empty_columns(_LAST)
         self._counts = dict.fromkeys(_COUNTERS, 0)
@@ -405,8 +410,33 @@ class Memory(Operator):
             }
             names_ = _ENQ if queue == "enqueue" else _DEQ
             setattr(self, table, concat(getattr(self, table), {c: cols[c] for c in names_}))
+        if len(self._names) >= self._names_limit:
+            self._forget_names()
 
     # ------------------------------------------------------------------ op names
+
+    def _forget_names(self) -> None:
+        """Drop the names no held op, enqueue or open allocation refers to, and re-code the rest.
+
+        The next compaction waits until the dictionary doubles (at least :data:`NAMES_KEPT`), so the
+        cost stays linear in the names added.
+        """
+        column = _PTA_PAYLOAD.index("name")
+        held = kernels.open_pta_payload(self._pta_state, column)
+        codes = np.unique(np.concatenate([self._ops["name"], self._enq["name"], held.ravel()]))
+        kept = codes[codes >= 0]
+        recode = np.full(len(self._names), -1, np.int64)
+        recode[kept] = np.arange(kept.size)
+
+        def recoded(values: Int64Array) -> Int64Array:
+            return np.where(values >= 0, recode[np.maximum(values, 0)], values)
+
+        self._ops["name"] = recoded(self._ops["name"])
+        self._enq["name"] = recoded(self._enq["name"])
+        kernels.set_open_pta_payload(self._pta_state, column, recoded(held))
+        self._names = [self._names[code] for code in kept.tolist()]
+        self._codes = {name: code for code, name in enumerate(self._names)}
+        self._names_limit = max(NAMES_KEPT, 2 * len(self._names))
 
     def _last_started(self, pid: Int64Array, tid: Int64Array, t: Int64Array) -> Int64Array:
         """Row of the last candidate op of each (pid, tid) that started at or before ``t``, else -1."""
@@ -748,6 +778,7 @@ class Memory(Operator):
                 "enq": self._enq,
                 "deq": self._deq,
                 "names": self._names,
+                "names_limit": self._names_limit,
                 "last_pta": self._last_pta,
                 "last_ge": self._last_ge,
                 "counts": self._counts,
@@ -766,6 +797,7 @@ class Memory(Operator):
         self._ops, self._enq, self._deq = doc["ops"], doc["enq"], doc["deq"]
         self._names = list(doc["names"])
         self._codes = {name: code for code, name in enumerate(self._names)}
+        self._names_limit = doc["names_limit"]
         self._last_pta, self._last_ge = doc["last_pta"], doc["last_ge"]
         self._counts = dict(doc["counts"])
 
