@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 import profstream
 from profstream import events
 from profstream.engine.feeds import FeedSet
+from profstream.engine.operators import framework_ops
 from profstream.engine.operators.framework_ops import FrameworkOps
 from profstream.engine.runtime import DONE, Feed, Pipeline, at
 from profstream.engine.schema import conform, tasks_schema
@@ -379,6 +380,25 @@ def test_snapshot_round_trip(cut: int) -> None:
     whole = drive(make(), mixed_steps())
     assert {f["kind"] for f in whole["flows"]} == {"async_task_queue", "async_npu", "fwdbwd"}
     assert drive_resumed(make, mixed_steps(), cut) == whole
+
+
+def test_a_large_release_is_emitted_in_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One emit step turns about ``EMIT_OPS`` ops into rows; slicing changes no op and no flow, only
+    where the ops are cut into batches."""
+
+    def make() -> Any:
+        return FrameworkOps([0], max_op_ns=400)
+
+    steps = [s for s in mixed_steps() if not isinstance(s, int)]  # all released at the end, at once
+    whole, stepped = drive(make(), steps), drive(make(), mixed_steps())
+    monkeypatch.setattr(framework_ops, "EMIT_OPS", 4)
+    assert drive(make(), steps) == whole
+    assert drive(make(), mixed_steps()) == stepped
+    sliced = make()
+    for step in steps:
+        sliced.push(*step)
+    batches = [b for name, b in sliced.finish() if name == "ops"]
+    assert len(batches) > 20 and max(b.num_rows for b in batches) <= 4
 
 
 # ----------------------------------------------------------------------------- a simulated run
