@@ -40,6 +40,7 @@ AGED: Final = "aged"
 GAP: Final = "gap"
 DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
+PLANNING_WAITS: Final = "planning_waits"  # a discovered collection cannot be planned yet (the reason)
 REPLANNED: Final = "replanned"  # a collection re-planned from the start (a new stream, grown dictionaries)
 WATCH_DIR_MISSING: Final = "watch_dir_missing"
 WINDOW_WRITER_LOST: Final = "window_writer_lost"  # the daemon's writer process died: resume from the commit

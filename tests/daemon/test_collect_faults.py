@@ -669,3 +669,31 @@ def test_lag_is_the_wait_of_the_oldest_complete_slice_not_read_yet(raw: Path, tm
         _put(raw, watch, [r for r in files if _is_end(r)])
         daemon.settle(_finished)
     assert daemon.code == 0
+
+
+def test_a_torch_npu_collection_waits_for_profiler_info_and_says_so(
+    tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    """torch_npu writes profiler_info.json when profiling stops: until then the collection is not
+    planned, the daemon logs what it waits for once, and its lag counts from the oldest complete file;
+    then it plans and ends with the offline rows."""
+    cfg = SimulationConfig(chip="910B", steps=3, framework="torch_npu", seed=3, slice_bytes=64 * 1024)
+    pt = _prof(cfg, tmp_path / "sim")
+    offline = offline_rows(pt.parent, tmp_path / "offline")
+    files = _files(pt)
+    last = [r for r in files if _is_end(r) or r.name.startswith("profiler_info")]
+    watch = tmp_path / "watch"
+    _put(pt, watch / pt.name, [r for r in files if r not in last])
+    with Daemon(watch, tmp_path / "out") as daemon:
+        daemon.wait_polls(5)
+        runner = daemon.runner
+        assert runner.pipeline is None
+        (waits,) = _logged(logs, events.PLANNING_WAITS)
+        assert "profiler_info.json" in waits["waits_for"]
+        oldest = min(runner.known_since.values())
+        assert runner.lag_s(oldest + 60) == 60
+        _put(pt, watch / pt.name, last)
+        daemon.settle(_finished)
+        assert runner.lag_s(time.time() + 60) == 0.0
+    assert daemon.code == 0
+    assert rows(daemon_parquet(tmp_path / "out")) == offline

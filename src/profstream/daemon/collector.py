@@ -21,7 +21,9 @@ Choices (the issue leaves them open):
 
 * Planning waits until the collection can be planned as offline: its control files parse, every
   device dir has data, and a FRAMEWORK dir has its ``profiler_info*.json`` (written when torch_npu
-  stops; it holds the framework clock). A stream that appears later, or dictionaries
+  stops; it holds the framework clock and the level that decides the layout's files), so a torch_npu
+  collection is processed after its run. What planning waits for is logged (``planning_waits``),
+  and the lag counts every complete file meanwhile. A stream that appears later, or dictionaries
   (``hash_dic``, ``type_info_dic``, read whole when planning) that grow, make the daemon start the
   collection over (delete its outputs and checkpoint, re-plan, re-read), which keeps the result
   exact; once raw data was aged that is impossible, so the new stream is then ignored and logged.
@@ -295,10 +297,14 @@ def _has_end_info(directory: Path) -> bool:
     return any(n.startswith("end_info") and f"{n}.done" in names for n in names if not n.endswith(".done"))
 
 
-def _plannable(profile: discovery.Profile) -> bool:
+def _planning_waits_for(profile: discovery.Profile) -> str | None:
+    """What the collection lacks before it can be planned (module docstring), None when nothing."""
     if profile.framework is not None and profile.profiler_info is None:
-        return False
-    return bool(profile.devices) and all(d.streams for d in profile.devices)
+        return "profiler_info.json (torch_npu writes it when profiling stops; it holds the framework clock)"
+    if not profile.devices:
+        return "a device directory"
+    empty = [d.path.name for d in profile.devices if not d.streams]
+    return f"data in {', '.join(empty)}" if empty else None
 
 
 def _done_times(path: Path) -> tuple[int | None, int | None]:
@@ -356,6 +362,7 @@ class CollectionRunner:
         self.ignored_logged = False
         self.completed: dict[Path, float] = {}  # data files with a .done -> .done mtime
         self.known_since: dict[Path, float] = {}  # the same files -> when the daemon could first read them
+        self.waits_for: str | None = None  # what planning last waited for (logged when it changes)
         self.done_info: dict[Path, tuple[int, int | None, int | None]] = {}  # size, .done times
         self.processed: set[Path] = set()
         self.planned_files: set[Path] = set()
@@ -388,8 +395,13 @@ class CollectionRunner:
         if self.pipeline is None:
             if self._resume is not None and self._resume.snapshot:
                 self._plan(profile, self._resume)
-            elif _plannable(profile):
-                self._plan(profile, None)
+            else:
+                waits_for = _planning_waits_for(profile)
+                if waits_for is None:
+                    self._plan(profile, None)
+                elif waits_for != self.waits_for:
+                    self.log.info(events.PLANNING_WAITS, waits_for=waits_for)
+                self.waits_for = waits_for
             if self.pipeline is None:
                 return
         if self._grew(profile):
@@ -817,9 +829,11 @@ class CollectionRunner:
         """How long (at wall time ``now``) the oldest complete slice the pipeline has not read to its
         end has waited, since its ``.done`` was written or, for one older than this run, since the
         daemon found it (0: none waits). A slice the profiler still writes is not counted: its data is
-        as new as the reading can be."""
-        if self.pipeline is None or self.profile is None or self.finished or self.failed:
+        as new as the reading can be. Before planning every complete file waits."""
+        if self.profile is None or self.finished or self.failed:
             return 0.0
+        if self.pipeline is None:
+            return max(0.0, now - min(self.known_since.values())) if self.known_since else 0.0
         done_sizes = {path: info[0] for path, info in self.done_info.items()}
         planned, read = self._read_past(self._live_positions(), self.profile, done_sizes)
         waiting = [since for path, since in self.known_since.items() if path in planned and path not in read]
