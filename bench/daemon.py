@@ -167,10 +167,10 @@ class Child:
         )
 
 
-def once(work: Path, size_mb: int, config: Path, *flags: str) -> Run:
-    raw = work / f"static-{size_mb}"
+def once(work: Path, size_mb: int, config: Path, *flags: str, framework: str = "none") -> Run:
+    raw = work / f"static-{framework}-{size_mb}"
     if not raw.exists():
-        simulate(SimulationConfig(chip="910B", framework="none", seed=1, target_bytes=size_mb * MB), raw)
+        simulate(SimulationConfig(chip="910B", framework=framework, seed=1, target_bytes=size_mb * MB), raw)
     child = Child(raw, work / f"out-once-{size_mb}", config, "--once", *flags)
     run = child.wait(f"--once {size_mb} MB", _raw_bytes(raw) / MB)
     run.latencies = [
@@ -180,12 +180,18 @@ def once(work: Path, size_mb: int, config: Path, *flags: str) -> Run:
 
 
 def follow(
-    work: Path, rate: float, duration: float, config: Path, *flags: str, storage_limit_mb: float | None = None
+    work: Path,
+    rate: float,
+    duration: float,
+    config: Path,
+    *flags: str,
+    storage_limit_mb: float | None = None,
+    framework: str = "none",
 ) -> Run:
     """A live run at ``rate`` MB/s for ``duration`` s, the simulated collector aging its slices under
     ``storage_limit_mb`` (None: none aged), followed by a ``profstream collect`` child."""
-    raw, out = work / f"live-{rate:g}", work / f"out-live-{rate:g}"
-    cfg = SimulationConfig(chip="910B", framework="none", seed=1)
+    raw, out = work / f"live-{framework}-{rate:g}", work / f"out-live-{framework}-{rate:g}"
+    cfg = SimulationConfig(chip="910B", framework=framework, seed=1)
     written: list[LiveResult] = []
 
     def write() -> None:
@@ -254,20 +260,35 @@ def main() -> int:
     parser.add_argument(
         "--layout", default="auto", help="collect --layout (parquet: Parquet parts only, no window dirs)"
     )
+    parser.add_argument(
+        "--framework",
+        choices=("none", "torch_npu"),
+        default="none",
+        help="simulated runs without framework data (a PROF dir: msprof layout) or with the PyTorch "
+        "adapter's (an *_ascend_pt dir: torch_npu layout)",
+    )
     args = parser.parse_args()
     flags = ("--layout", args.layout)
     with tempfile.TemporaryDirectory(dir=args.work) as temp:
         work = Path(temp)
         config = work / "daemon.toml"
         config.write_text(CONFIG.format(poll=args.poll, window=args.window))
-        runs = [once(work, size, config, *flags) for size in args.size]
+        runs = [once(work, size, config, *flags, framework=args.framework) for size in args.size]
         runs += [
-            follow(work, rate, args.duration, config, *flags, storage_limit_mb=args.sim_storage_limit)
+            follow(
+                work,
+                rate,
+                args.duration,
+                config,
+                *flags,
+                storage_limit_mb=args.sim_storage_limit,
+                framework=args.framework,
+            )
             for rate in args.rate
         ]
     print(
         f"Machine: {os.uname().machine}, {os.cpu_count()} cores; poll {args.poll} s, window {args.window} s, "
-        f"layout {args.layout}"
+        f"layout {args.layout}, framework {args.framework}"
     )
     print(table(runs))
     return 0
