@@ -17,8 +17,10 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import cast
 
 import msgspec
+import pyarrow as pa
 
 from profstream.errors import ProfstreamError
 
@@ -59,8 +61,40 @@ class Gap(msgspec.Struct, frozen=True):
 #: (2: session 14's watermark promises and op-tree chain; 3: the L2Cache operator of a device with
 #: l2_cache.data, and the row-by-row operators' skipped count; 4: the HbmBandwidth operator of a device
 #: with hbm.data; 5: the settled-launch stores as held, text as codes; 6: Memory's name dictionary
-#: limit), so that another version refuses a checkpoint instead of misreading it
+#: limit, the snapshot compressed), so that another version refuses a checkpoint instead of misreading it
 STATE_FORMAT = 6
+
+
+#: the codec of the snapshots the daemon holds and checkpoints (Arrow's zstd): the operator state of a
+#: 1 GB torch_npu run, 108 MB, becomes 9 MB in 0.09 s, and up to three windows in flight hold one each
+SNAPSHOT_CODEC = "zstd"
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """A pipeline snapshot, compressed with :data:`SNAPSHOT_CODEC`; ``size`` is its size unpacked."""
+
+    data: bytes
+    size: int
+
+    @classmethod
+    def of(cls, raw: bytes) -> Snapshot:
+        return cls(pa.compress(raw, codec=SNAPSHOT_CODEC, asbytes=True) if raw else b"", len(raw))
+
+    def raw(self) -> bytes:
+        """The snapshot as :meth:`~profstream.engine.runtime.Pipeline.snapshot` made it."""
+        if not self.size:
+            return b""
+        return cast(bytes, pa.decompress(self.data, self.size, codec=SNAPSHOT_CODEC, asbytes=True))
+
+
+#: no snapshot (nothing committed yet)
+NO_SNAPSHOT = Snapshot(b"", 0)
+
+
+class _Format(msgspec.Struct):
+    """The state format of a checkpoint, the rest left undecoded (any version's file has it)."""
+
+    state_format: int
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -73,7 +107,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
 
     state_format: int  #: :data:`STATE_FORMAT` of the profstream that wrote it
     window: int
-    snapshot: bytes
+    snapshot: Snapshot
     streams: list[str]
     side_bytes: int
     finished: bool = False
@@ -132,18 +166,18 @@ def load(path: Path) -> Checkpoint | None:
     except FileNotFoundError:
         return None
     try:
-        checkpoint = msgspec.msgpack.decode(blob, type=Checkpoint)
+        state_format = msgspec.msgpack.decode(blob, type=_Format).state_format
+        if state_format == STATE_FORMAT:
+            return msgspec.msgpack.decode(blob, type=Checkpoint)
     except msgspec.DecodeError as err:
         msg = f"cannot read the checkpoint {path}: {err}; move it away to start this collection over"
         raise CheckpointError(msg) from err
-    if checkpoint.state_format != STATE_FORMAT:
-        msg = (
-            f"the checkpoint {path} holds operator state format {checkpoint.state_format}, this profstream"
-            f" reads format {STATE_FORMAT}; finish the collection with the version that wrote it, or move"
-            " the checkpoint away to start the collection over"
-        )
-        raise CheckpointError(msg)
-    return checkpoint
+    msg = (
+        f"the checkpoint {path} holds operator state format {state_format}, this profstream"
+        f" reads format {STATE_FORMAT}; finish the collection with the version that wrote it, or move"
+        " the checkpoint away to start the collection over"
+    )
+    raise CheckpointError(msg)
 
 
 def drop_uncommitted(directory: Path, window: int) -> list[Path]:
