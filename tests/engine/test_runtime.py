@@ -179,7 +179,8 @@ def test_a_timeless_feed_takes_its_leaders_watermark() -> None:
 def test_snapshot_and_restore_continue_exactly(
     a: list[int], b: list[int], size: int, data: st.DataObject
 ) -> None:
-    """Stop anywhere, snapshot, rebuild, restore: the rest of the output is what an unbroken run gives."""
+    """Stop anywhere, snapshot, rebuild, restore: the rest of the output is what an unbroken run gives,
+    also with the operator states packed (here reversed) and unpacked."""
     chunks_a = [sorted(a)[i : i + size] for i in range(0, len(a), size)]
     chunks_b = [sorted(b)[i : i + size] for i in range(0, len(b), size)]
     budget = data.draw(st.integers(0, 3)) * 8 * size  # advance every 0-3 batches of `size` int64s
@@ -201,7 +202,9 @@ def test_snapshot_and_restore_continue_exactly(
     before = []
     for _ in range(stops):
         before += [t for name, batch in pipeline.step() if name == "merged" for t in batch["t"].to_pylist()]
-    blob = pipeline.snapshot()
+    packing = data.draw(st.booleans())
+    pack = (lambda state: state[::-1]) if packing else None
+    blob = pipeline.snapshot(pack=pack)
     positions = Pipeline.feed_positions(blob)
     resumed = {n: Positioned(c, positions[n]) for n, c in (("a", chunks_a), ("b", chunks_b))}
     again = Pipeline(
@@ -209,8 +212,8 @@ def test_snapshot_and_restore_continue_exactly(
         [SortedMerge(("a", "b"))],
         advance_bytes=budget,
     )
-    again.restore(blob)
-    assert again.snapshot() == blob
+    again.restore(blob, unpack=pack)
+    assert again.snapshot(pack=pack) == blob
     assert before + _merged(again) == whole
 
 

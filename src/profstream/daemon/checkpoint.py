@@ -16,6 +16,7 @@ import contextlib
 import os
 import re
 import shutil
+import struct
 from pathlib import Path
 from typing import cast
 
@@ -61,34 +62,25 @@ class Gap(msgspec.Struct, frozen=True):
 #: (2: session 14's watermark promises and op-tree chain; 3: the L2Cache operator of a device with
 #: l2_cache.data, and the row-by-row operators' skipped count; 4: the HbmBandwidth operator of a device
 #: with hbm.data; 5: the settled-launch stores as held, text as codes; 6: Memory's name dictionary
-#: limit, the snapshot compressed), so that another version refuses a checkpoint instead of misreading it
+#: limit; operator states compressed), so that another version refuses a checkpoint instead of misreading it
 STATE_FORMAT = 6
 
 
-#: the codec of the snapshots the daemon holds and checkpoints (Arrow's zstd): the operator state of a
-#: 1 GB torch_npu run, 108 MB, becomes 9 MB in 0.09 s, and up to three windows in flight hold one each
-SNAPSHOT_CODEC = "zstd"
+#: the codec of the operator states in the daemon's snapshots (Arrow's zstd): the state of a 1 GB
+#: torch_npu run, 108 MB, becomes 9 MB in 0.09 s; up to three windows in flight hold one each
+STATE_CODEC = "zstd"
+_SIZE = struct.Struct("<Q")
 
 
-class Snapshot(msgspec.Struct, frozen=True):
-    """A pipeline snapshot, compressed with :data:`SNAPSHOT_CODEC`; ``size`` is its size unpacked."""
-
-    data: bytes
-    size: int
-
-    @classmethod
-    def of(cls, raw: bytes) -> Snapshot:
-        return cls(pa.compress(raw, codec=SNAPSHOT_CODEC, asbytes=True) if raw else b"", len(raw))
-
-    def raw(self) -> bytes:
-        """The snapshot as :meth:`~profstream.engine.runtime.Pipeline.snapshot` made it."""
-        if not self.size:
-            return b""
-        return cast(bytes, pa.decompress(self.data, self.size, codec=SNAPSHOT_CODEC, asbytes=True))
+def pack_state(state: bytes) -> bytes:
+    """An operator state as the daemon's snapshots hold it: its size, then the state compressed."""
+    return _SIZE.pack(len(state)) + cast(bytes, pa.compress(state, codec=STATE_CODEC, asbytes=True))
 
 
-#: no snapshot (nothing committed yet)
-NO_SNAPSHOT = Snapshot(b"", 0)
+def unpack_state(packed: bytes) -> bytes:
+    """The inverse of :func:`pack_state`."""
+    (size,) = _SIZE.unpack_from(packed)
+    return cast(bytes, pa.decompress(memoryview(packed)[_SIZE.size :], size, codec=STATE_CODEC, asbytes=True))
 
 
 class _Format(msgspec.Struct):
@@ -107,7 +99,7 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
 
     state_format: int  #: :data:`STATE_FORMAT` of the profstream that wrote it
     window: int
-    snapshot: Snapshot
+    snapshot: bytes
     streams: list[str]
     side_bytes: int
     finished: bool = False

@@ -218,8 +218,7 @@ class _Ended:
     """A window handed to the writer: what its checkpoint will hold once the writer has written it."""
 
     window: int
-    snapshot: ckpt.Snapshot
-    positions: dict[str, Any]  # the feeds' read positions in the snapshot
+    snapshot: bytes  # operator states packed (ckpt.pack_state)
     finished: bool
     rows: int
     started: float  # monotonic time the window ended
@@ -341,8 +340,7 @@ class CollectionRunner:
         self.planned_keys: set[str] = set()
         self.side_bytes = 0
         self.window = -1
-        self.snapshot = ckpt.NO_SNAPSHOT  # of the committed window
-        self.positions: dict[str, Any] = {}  # the feeds' read positions in it
+        self.snapshot = b""  # of the committed window
         self.finished = False
         self.failed = False
         # why the pipeline cannot go on: its directory vanished, or the window writer died
@@ -382,7 +380,6 @@ class CollectionRunner:
         if self._resume is not None:
             self.window, self.gaps = self._resume.window, list(self._resume.gaps)
             self.snapshot, self.finished = self._resume.snapshot, self._resume.finished
-            self.positions = Pipeline.feed_positions(self.snapshot.raw()) if self.snapshot.size else {}
         self.log.info(events.DIR_DISCOVERED, resumed_window=window, dropped_files=len(dropped))
 
     # -- planning -------------------------------------------------------------------------------
@@ -396,7 +393,7 @@ class CollectionRunner:
         if self.finished or self.failed:
             return
         if self.pipeline is None:
-            if self._resume is not None and self._resume.snapshot.size:
+            if self._resume is not None and self._resume.snapshot:
                 self._plan(profile, self._resume)
             else:
                 waits_for = _planning_waits_for(profile)
@@ -426,8 +423,7 @@ class CollectionRunner:
     def _plan(self, profile: discovery.Profile, resume: ckpt.Checkpoint | None) -> None:
         keys = _stream_keys(profile) if resume is None else set(resume.streams)
         planned = _restricted(profile, keys)
-        snapshot = None if resume is None else resume.snapshot.raw()
-        positions = None if snapshot is None else Pipeline.feed_positions(snapshot)
+        positions = None if resume is None else Pipeline.feed_positions(resume.snapshot)
         self.planner = Planner(
             planned,
             on_invalid=self.config.on_invalid,
@@ -442,8 +438,8 @@ class CollectionRunner:
         pipeline, wanted = self.planner.pipeline(
             TABLE_NAMES if self.context is None else (*TABLE_NAMES, *OUTPUT_STREAMS)
         )
-        if snapshot is not None:
-            pipeline.restore(snapshot)
+        if resume is not None:
+            pipeline.restore(resume.snapshot, unpack=ckpt.unpack_state)
         self.pipeline, self.wanted = pipeline, _held(wanted)
         self.planned_keys = keys
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
@@ -491,8 +487,7 @@ class CollectionRunner:
         self.checkpoint_path.unlink(missing_ok=True)
         ckpt.fsync_dir(self.out) if self.out.exists() else None
         ckpt.drop_uncommitted(self.out, -1)
-        self.window, self.snapshot, self.positions = -1, ckpt.NO_SNAPSHOT, {}
-        self.window_rows, self.buffered_bytes = 0, 0
+        self.window, self.snapshot, self.window_rows, self.buffered_bytes = -1, b"", 0, 0
         self.timelines = None
         self.reported.clear()
         self.pipeline = None
@@ -587,16 +582,8 @@ class CollectionRunner:
                 return False
         window = self.window + 1 + len(self.in_flight)
         started = time.monotonic()
-        raw = pipeline.snapshot()
-        ended = _Ended(
-            window,
-            ckpt.Snapshot.of(raw),
-            Pipeline.feed_positions(raw),
-            pipeline.finished,
-            self.window_rows,
-            started,
-        )
-        del raw  # up to three windows in flight hold their snapshot compressed
+        snapshot = pipeline.snapshot(pack=ckpt.pack_state)  # up to three windows in flight hold one
+        ended = _Ended(window, snapshot, pipeline.finished, self.window_rows, started)
         try:
             self.windows.end(window)
         except WorkerError as err:
@@ -676,7 +663,6 @@ class CollectionRunner:
         """Window ``ended`` and its checkpoint are durable: make it the committed one (books, logs)."""
         window = ended.window
         self.window, self.snapshot, self.finished = window, ended.snapshot, ended.finished
-        self.positions = ended.positions
         self.metrics.committed(sum(_size(p) for p in paths))
         self.log.info(
             events.WINDOW_COMMITTED,
@@ -745,7 +731,7 @@ class CollectionRunner:
         if faults.kill_mid_commit == window:
             _die()
 
-    def _checkpoint_of(self, window: int, snapshot: ckpt.Snapshot, *, finished: bool) -> ckpt.Checkpoint:
+    def _checkpoint_of(self, window: int, snapshot: bytes, *, finished: bool) -> ckpt.Checkpoint:
         return ckpt.Checkpoint(
             state_format=ckpt.STATE_FORMAT,
             window=window,
@@ -818,8 +804,9 @@ class CollectionRunner:
 
     def _frontier(self) -> None:
         """From the committed snapshot: the raw files every planned stream has read past."""
+        positions = Pipeline.feed_positions(self.snapshot) if self.snapshot else {}
         if self.profile is not None:
-            self.planned_files, self.processed = self._read_past(self.positions, self.profile)
+            self.planned_files, self.processed = self._read_past(positions, self.profile)
             self.planned_kinds |= {(p.parent, discovery.file_kind(p.name)) for p in self.planned_files}
 
     def _planned(self, path: Path) -> bool:

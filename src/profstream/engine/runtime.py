@@ -370,25 +370,30 @@ class Pipeline:
             consumer.push(name, batch)
             self._fed.add(id(consumer))
 
-    def snapshot(self) -> bytes:
-        """Feed positions, watermarks and operator states, as one msgpack document."""
+    def snapshot(self, pack: Callable[[bytes], bytes] | None = None) -> bytes:
+        """Feed positions, watermarks and operator states, as one msgpack document; ``pack`` (a
+        compressor) is applied to each operator's state as it is taken, so that no more than one of
+        them is ever held unpacked."""
         return msgspec.msgpack.encode(
             {
                 "feeds": {name: [f.position(), f.watermark] for name, f in self.feeds.items()},
                 "marks": self._marks,
-                "operators": [op.snapshot() for op in self.operators],
+                "operators": [
+                    op.snapshot() if pack is None else pack(op.snapshot()) for op in self.operators
+                ],
                 "pulled_bytes": self._pulled_bytes,
             }
         )
 
-    def restore(self, blob: bytes) -> None:
-        """Restore operator states and watermarks; the builder already resumed the feeds."""
+    def restore(self, blob: bytes, unpack: Callable[[bytes], bytes] | None = None) -> None:
+        """Restore operator states and watermarks (each state through ``unpack``, the inverse of the
+        snapshot's ``pack``); the builder already resumed the feeds."""
         doc = msgspec.msgpack.decode(blob)
         if len(doc["operators"]) != len(self.operators):
             msg = "snapshot from a pipeline with other operators"
             raise PipelineError(msg)
         for op, state in zip(self.operators, doc["operators"], strict=True):
-            op.restore(state)
+            op.restore(state if unpack is None else unpack(state))
         self._marks.update(doc["marks"])
         self._pulled_bytes = int(doc.get("pulled_bytes", 0))  # older checkpoints lack it
         self._advanced.clear()
