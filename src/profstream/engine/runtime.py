@@ -295,44 +295,48 @@ class Pipeline:
             msg = f"no stream named {sorted(unknown)}; this pipeline has {sorted(self._marks)}"
             raise PipelineError(msg)
         while not self._finished:
-            for name, batch in self.step():
+            for name, batch in self._step():
                 if name in keep:
                     yield name, batch
 
     def step(self) -> list[Emit]:
         """Pull one feed batch and advance; at the end, finish the operators. Returns every emit."""
+        return list(self._step())
+
+    def _step(self) -> Iterator[Emit]:
+        """:meth:`step`'s emits, each as soon as it is routed: a caller of :meth:`run` writes (and
+        drops) one operator's output before the next operator advances, so the last step, which
+        releases every operator's held rows, does not hold all of them at once."""
         trim_heap()
         live = [f for f in self.feeds.values() if f.watermark != DONE]
-        out: list[Emit] = []
         if live:
             feed, batch = self._pull(live)
             for moved in live:  # a waiting feed may have moved its watermark (module docstring)
                 self._marks[moved.name] = moved.watermark
             if feed is None:
                 self._stalled = True
-                self._advance(out)  # what was read before the wait goes out now
-                return out
+                yield from self._advance()  # what was read before the wait goes out now
+                return
             self._stalled = False
             if batch is not None and not feed.time_column:
                 leader = self.feeds.get(feed.follows or "")
                 feed.watermark = DONE if leader is None else leader.watermark
             self._marks[feed.name] = feed.watermark
             if batch is not None:
-                out.append((feed.name, batch))
                 self._push(feed.name, batch)
                 self._pulled_bytes += batch.nbytes
+                yield feed.name, batch
             if self._pulled_bytes >= self.advance_bytes or feed.watermark == DONE:
-                self._advance(out)
-            return out
+                yield from self._advance()
+            return
         for op in self.operators:
-            self._route(op.finish(), out)
+            yield from self._route(op.finish())
             for name in op.outputs:
                 self._marks[name] = DONE
         self._finished = True
         trim_heap(force=True)  # the operators' state is gone
-        return out
 
-    def _advance(self, out: list[Emit]) -> None:
+    def _advance(self) -> Iterator[Emit]:
         """Advance every operator whose input moved to the minimum watermark of its inputs."""
         self._pulled_bytes = 0
         for op in self.operators:
@@ -341,7 +345,7 @@ class Pipeline:
                 continue
             self._advanced[id(op)] = mark
             self._fed.discard(id(op))
-            self._route(op.advance(mark), out)
+            yield from self._route(op.advance(mark))
             promised = op.output_watermark(mark)
             for name in op.outputs:
                 self._marks[name] = promised
@@ -358,12 +362,12 @@ class Pipeline:
                 return feed, batch
         return None, None
 
-    def _route(self, emits: list[Emit], out: list[Emit]) -> None:
+    def _route(self, emits: list[Emit]) -> Iterator[Emit]:
         for name, batch in emits:
             if batch.num_rows == 0:
                 continue
-            out.append((name, batch))
             self._push(name, batch)
+            yield name, batch
 
     def _push(self, name: str, batch: pa.RecordBatch) -> None:
         for consumer in self._consumers.get(name, ()):
