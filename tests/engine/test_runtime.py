@@ -97,6 +97,35 @@ def test_chained_operators_carry_watermarks() -> None:
     assert second.watermarks == sorted(second.watermarks)
 
 
+def test_run_hands_an_operator_output_on_before_the_next_operator_advances() -> None:
+    """The last step releases every operator's held rows: run()'s caller gets (and can drop) each
+    operator's output before the next one advances, while step() returns them together."""
+    seen: list[str] = []
+
+    class Logged(SortedMerge):
+        def advance(self, watermark: int) -> list[Emit]:
+            seen.append(f"advance {self.outputs[0]}")
+            return super().advance(watermark)
+
+        def finish(self) -> list[Emit]:
+            seen.append(f"finish {self.outputs[0]}")
+            return super().finish()
+
+    def pipeline() -> Pipeline:
+        ops = [Logged(("a",), "first"), Logged(("a",), "second")]
+        return Pipeline([Feed("a", _batches([[1, 2], [3]]), "t")], ops, advance_bytes=0)
+
+    for name, batch in pipeline().run(["first", "second"]):
+        seen.append(f"got {name} {batch.column('t').to_pylist()}")
+    last = ["advance first", "got first [3]", "advance second", "got second [3]"]
+    assert seen[-6:] == [*last, "finish first", "finish second"]  # the feed's end released the rest
+    seen.clear()
+    stepped = pipeline()
+    while not stepped.finished:
+        seen += [f"got {name} {batch.column('t').to_pylist()}" for name, batch in stepped.step()]
+    assert seen[-6:-2] == ["advance first", "advance second", "got first [3]", "got second [3]"]
+
+
 def test_an_operator_is_advanced_only_when_fed_or_its_watermark_moved() -> None:
     only_a = SortedMerge(("a",), "from_a")
     both = SortedMerge(("a", "b"), "from_both")
