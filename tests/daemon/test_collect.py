@@ -296,8 +296,8 @@ def test_slices_aged_while_the_daemon_was_down_are_recorded_gaps(tmp_path: Path)
 @given(st.binary(max_size=4096), st.integers(0, 64))
 def test_operator_states_are_held_compressed_and_come_back_as_they_were(tail: bytes, repeats: int) -> None:
     state = tail * repeats
-    packed = ckpt.pack_state(state)
-    assert ckpt.unpack_state(packed) == state
+    packed = ckpt.compress_state(state)
+    assert ckpt.decompress_state(packed) == state
     if len(state) >= 1024 and repeats > 4:
         assert len(packed) < len(state) / 4
 

@@ -72,13 +72,13 @@ STATE_CODEC = "zstd"
 _SIZE = struct.Struct("<Q")
 
 
-def pack_state(state: bytes) -> bytes:
+def compress_state(state: bytes) -> bytes:
     """An operator state as the daemon's snapshots hold it: its size, then the state compressed."""
     return _SIZE.pack(len(state)) + cast(bytes, pa.compress(state, codec=STATE_CODEC, asbytes=True))
 
 
-def unpack_state(packed: bytes) -> bytes:
-    """The inverse of :func:`pack_state`."""
+def decompress_state(packed: bytes) -> bytes:
+    """The inverse of :func:`compress_state`."""
     (size,) = _SIZE.unpack_from(packed)
     return cast(bytes, pa.decompress(memoryview(packed)[_SIZE.size :], size, codec=STATE_CODEC, asbytes=True))
 

@@ -218,7 +218,7 @@ class _Ended:
     """A window handed to the writer: what its checkpoint will hold once the writer has written it."""
 
     window: int
-    snapshot: bytes  # operator states packed (ckpt.pack_state)
+    snapshot: bytes  # operator states compressed (ckpt.compress_state)
     finished: bool
     rows: int
     started: float  # monotonic time the window ended
@@ -439,7 +439,7 @@ class CollectionRunner:
             TABLE_NAMES if self.context is None else (*TABLE_NAMES, *OUTPUT_STREAMS)
         )
         if resume is not None:
-            pipeline.restore(resume.snapshot, unpack=ckpt.unpack_state)
+            pipeline.restore(resume.snapshot, unpack=ckpt.decompress_state)
         self.pipeline, self.wanted = pipeline, _held(wanted)
         self.planned_keys = keys
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
@@ -582,7 +582,7 @@ class CollectionRunner:
                 return False
         window = self.window + 1 + len(self.in_flight)
         started = time.monotonic()
-        snapshot = pipeline.snapshot(pack=ckpt.pack_state)  # up to three windows in flight hold one
+        snapshot = pipeline.snapshot(pack=ckpt.compress_state)  # up to three windows in flight hold one
         ended = _Ended(window, snapshot, pipeline.finished, self.window_rows, started)
         try:
             self.windows.end(window)

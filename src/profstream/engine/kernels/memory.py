@@ -126,9 +126,13 @@ def pta_state(payload_width: int = 0, key_width: int = 2) -> KeyedState:
     return KeyedState.new(key_width, _GROUP_FIXED + 3 * payload_width, 3)
 
 
+def _payload_width(state: KeyedState) -> int:
+    """The payload columns a PTA state was made for (:func:`pta_state`)."""
+    return int((state.table.values.shape[0] - _GROUP_FIXED) // 3)
+
+
 def _payload_rows(state: KeyedState, column: int) -> tuple[Int64Array, Int64Array]:
-    width = (state.table.values.shape[0] - _GROUP_FIXED) // 3
-    rows = _GROUP_FIXED + np.array([MALLOC, FREE, BLOCK_FREE]) * width + column
+    rows = _GROUP_FIXED + np.array([MALLOC, FREE, BLOCK_FREE]) * _payload_width(state) + column
     return rows, np.flatnonzero(state.table.used)
 
 
@@ -412,7 +416,7 @@ def match_pta(
     was made for) rides along from each record into the row. ``state`` is updated in place.
     """
     k, kinds_, t, p = _batch(keys, kinds, times, payload, state, "kinds")
-    width = (state.table.values.shape[0] - _GROUP_FIXED) // 3
+    width = _payload_width(state)
     if p.shape[0] != width:
         msg = f"payload: expected {width} columns (as the state was made), got {p.shape[0]}"
         raise ValueError(msg)

@@ -199,6 +199,14 @@ class RowByRow(Operator):
         self.skipped = int(doc["skipped"])
 
 
+def slice_starts(times: Int64Array, size: int) -> list[int]:
+    """Times that cut ``times`` into slices of about ``size`` (each bound starts a slice): an
+    operator emits a large release slice by slice, as smaller watermark steps would have."""
+    if times.size <= size:
+        return []
+    return [int(bound) for bound in np.unique(np.sort(times)[size::size])]
+
+
 def horizon(watermark: int, lag: int) -> int:
     """``watermark - lag`` within [START, DONE]; DONE stays DONE (everything is final)."""
     if watermark >= DONE:

@@ -87,6 +87,7 @@ from profstream.engine.operators._state import (
     ints,
     nullable,
     pack_keyed,
+    slice_starts,
     take,
     unpack_keyed,
 )
@@ -396,8 +397,7 @@ class FrameworkOps(Operator):
         if self._pending_min >= until:
             return []
         starts = np.concatenate([b.column("start_ns").to_numpy() for b in self._pending])
-        ready = np.sort(starts[starts < until])
-        return [int(bound) for bound in np.unique(ready[EMIT_OPS::EMIT_OPS])]
+        return slice_starts(starts[starts < until], EMIT_OPS)
 
     def _take_ready(self, until: int) -> pa.Table:
         """Remove and return the window's events that start before ``until``, in emission order."""

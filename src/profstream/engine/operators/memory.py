@@ -98,6 +98,7 @@ from profstream.engine.operators._state import (
     pack_keyed,
     pick,
     rows,
+    slice_starts,
     take,
     unpack_keyed,
 )
@@ -502,13 +503,8 @@ class Memory(Operator):
         """The rows of the records before ``until``, in slices of at most about ``EMIT_RECORDS``
         records: a slice is what a smaller watermark step would have released."""
         times = np.concatenate([getattr(self, name).times_before(until) for name in ("_pta", "_ge", "_app")])
-        bounds = (
-            np.unique(np.sort(times)[EMIT_RECORDS::EMIT_RECORDS]).tolist()
-            if times.size > EMIT_RECORDS
-            else []
-        )
         out: list[Emit] = []
-        for bound in bounds:
+        for bound in slice_starts(times, EMIT_RECORDS):
             out += self._emit_slice(bound, final=False)
         return out + self._emit_slice(until, final=final)
 
