@@ -42,6 +42,9 @@ DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
 PLANNING_WAITS: Final = "planning_waits"  # a discovered collection cannot be planned yet (the reason)
 REPLANNED: Final = "replanned"  # a collection re-planned from the start (a new stream, grown dictionaries)
+#: a torch_npu collection planned on a framework clock told from its data (profiler_info.json not yet
+#: written), and what profiler_info.json said of it when it came
+FRAMEWORK_CLOCK: Final = "framework_clock"
 WATCH_DIR_MISSING: Final = "watch_dir_missing"
 WINDOW_WRITER_LOST: Final = "window_writer_lost"  # the daemon's writer process died: resume from the commit
 # Configuration

@@ -531,6 +531,40 @@ def test_a_run_after_the_corrupt_file_is_repaired_completes_exactly(
     assert rows(daemon_parquet(tmp_path / "out")) == offline
 
 
+def _refused(watch: Path, out: Path, message: str) -> None:
+    """A daemon started on ``out`` stops with a CheckpointError matching ``message``; no output changes."""
+    before = sorted((p.relative_to(out), p.stat().st_size) for p in out.rglob("*.parquet"))
+    with pytest.raises(ckpt.CheckpointError, match=message):  # noqa: SIM117
+        with Daemon(watch, out) as again:
+            again.thread.join(60)
+    assert sorted((p.relative_to(out), p.stat().st_size) for p in out.rglob("*.parquet")) == before
+
+
+def test_a_checkpoint_whose_operator_state_is_corrupt_is_refused_naming_it(raw: Path, tmp_path: Path) -> None:
+    """A checkpoint that decodes but holds a corrupt operator state stops the daemon with a
+    CheckpointError naming the file, and the committed outputs stay as they are: a flipped byte in a
+    compressed state on disk (which could decompress into another state) fails the snapshot's CRC-32;
+    a state that does not restore fails the restore, not with Arrow's or msgspec's own error."""
+    files = _files(raw)
+    watch, out = tmp_path / "watch", tmp_path / "out"
+    _put(raw, watch, [r for r in files if not _is_end(r)])
+    with Daemon(watch, out) as daemon:
+        daemon.settle()
+        path = daemon.runner.checkpoint_path
+    saved = ckpt.load(path)
+    assert saved is not None and saved.window >= 0 and saved.snapshot_crc32 is not None
+    snapshot = msgspec.msgpack.decode(saved.snapshot)
+    largest = max(range(len(snapshot["operators"])), key=lambda i: len(snapshot["operators"][i]))
+    blob = bytearray(path.read_bytes())
+    at = bytes(blob).find(snapshot["operators"][largest]) + len(snapshot["operators"][largest]) // 2
+    blob[at] ^= 0xFF
+    path.write_bytes(bytes(blob))
+    _refused(watch, out, f"cannot read the checkpoint {path}: its snapshot's CRC-32 is")
+    snapshot["operators"][largest] = ckpt.compress_state(b"not an operator state")
+    ckpt.save(path, msgspec.structs.replace(saved, snapshot=msgspec.msgpack.encode(snapshot)))
+    _refused(watch, out, f"cannot restore the pipeline from the checkpoint {path}")
+
+
 def test_a_corrupt_record_under_skip_is_counted_and_logged(
     raw: Path, tmp_path: Path, logs: list[dict[str, Any]]
 ) -> None:
@@ -671,17 +705,38 @@ def test_lag_is_the_wait_of_the_oldest_complete_slice_not_read_yet(raw: Path, tm
     assert daemon.code == 0
 
 
-def test_a_torch_npu_collection_waits_for_profiler_info_and_says_so(
-    tmp_path: Path, logs: list[dict[str, Any]]
-) -> None:
-    """torch_npu writes profiler_info.json when profiling stops: until then the collection is not
-    planned, the daemon logs what it waits for once, and its lag counts from the oldest complete file;
-    then it plans and ends with the offline rows."""
+@pytest.fixture(scope="module")
+def torch_npu(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Rows]:
+    """A finished torch_npu run (its ``*_ascend_pt`` dir) and the rows of its offline export."""
+    root = tmp_path_factory.mktemp("torch_npu")
     cfg = SimulationConfig(chip="910B", steps=3, framework="torch_npu", seed=3, slice_bytes=64 * 1024)
-    pt = _prof(cfg, tmp_path / "sim")
-    offline = offline_rows(pt.parent, tmp_path / "offline")
+    pt = _prof(cfg, root)
+    return pt, offline_rows(pt.parent, root / "offline")
+
+
+def _at_stop(rel: Path) -> bool:
+    """Written when torch_npu stops profiling: the collection's end files and profiler_info.json."""
+    return _is_end(rel) or rel.name.startswith("profiler_info")
+
+
+def _clock_events(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in e.items() if k not in ("log_level", "component", "collection")}
+        for e in logs
+        if e["event"] == events.FRAMEWORK_CLOCK
+    ]
+
+
+def test_a_torch_npu_collection_without_the_host_sync_waits_for_profiler_info_and_says_so(
+    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    """Without host/host_start.log the framework clock needs profiler_info.json's own start_info,
+    which torch_npu writes when profiling stops: until then the collection is not planned, the daemon
+    logs what it waits for once, and its lag counts from the oldest complete file; then it plans and
+    ends with the offline rows."""
+    pt, offline = torch_npu
     files = _files(pt)
-    last = [r for r in files if _is_end(r) or r.name.startswith("profiler_info")]
+    last = [r for r in files if _at_stop(r) or r.name == "host_start.log"]
     watch = tmp_path / "watch"
     _put(pt, watch / pt.name, [r for r in files if r not in last])
     with Daemon(watch, tmp_path / "out") as daemon:
@@ -689,7 +744,7 @@ def test_a_torch_npu_collection_waits_for_profiler_info_and_says_so(
         runner = daemon.runner
         assert runner.pipeline is None
         (waits,) = _logged(logs, events.PLANNING_WAITS)
-        assert "profiler_info.json" in waits["waits_for"]
+        assert "profiler_info.json" in waits["waits_for"] and "host_start.log" in waits["waits_for"]
         oldest = min(runner.known_since.values())
         assert runner.lag_s(oldest + 60) == 60
         _put(pt, watch / pt.name, last)
@@ -697,3 +752,91 @@ def test_a_torch_npu_collection_waits_for_profiler_info_and_says_so(
         assert runner.lag_s(time.time() + 60) == 0.0
     assert daemon.code == 0
     assert rows(daemon_parquet(tmp_path / "out")) == offline
+    assert _clock_events(logs) == []  # planned on profiler_info.json itself
+
+
+def test_a_torch_npu_run_is_followed_on_the_clock_its_data_tells_and_resumed_on_it(
+    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    """Before profiler_info.json the daemon plans on the clock the first framework timestamp tells
+    (syscnt ticks in the simulator), reads the framework records and commits rows as they come (this
+    run is shorter than the framework reorder window, so its ops wait for the end); the checkpoint
+    keeps the assumption, so a restart after profiler_info.json came plans on it, finds it confirmed,
+    and ends with the offline rows."""
+    pt, offline = torch_npu
+    files = _files(pt)
+    watch, out = tmp_path / "watch", tmp_path / "out"
+    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    with Daemon(watch, out) as daemon:
+        daemon.settle()
+        runner = daemon.runner
+        assert runner.assumed_syscnt is True
+        assert not runner.follow.closing  # the last rows wait for profiler_info.json
+        assert daemon.collector.metrics.records["torch_op_range"] > 0
+        checkpoint_path = runner.checkpoint_path
+    saved = ckpt.load(checkpoint_path)
+    assert saved is not None and saved.assumed_syscnt is True and not saved.finished
+    committed = rows(daemon_parquet(out))  # out before profiler_info.json, and already the offline rows
+    assert committed and all(not (found - offline[table]) for table, found in committed.items())
+    _put(pt, watch / pt.name, [r for r in files if _at_stop(r)])
+    with Daemon(watch, out) as daemon:
+        daemon.settle(_finished)
+        assert daemon.runner.assumed_syscnt is None
+    assert daemon.code == 0
+    assert rows(daemon_parquet(out)) == offline
+    assert _clock_events(logs) == [
+        {"event": events.FRAMEWORK_CLOCK, "assumed": True, "syscnt_enable": True},
+        {"event": events.FRAMEWORK_CLOCK, "confirmed": True, "syscnt_enable": True},
+    ]
+
+
+@pytest.mark.parametrize("layout", ["auto", "parquet"])
+def test_profiler_info_that_confirms_the_assumed_clock_lets_the_run_end_with_the_offline_rows(
+    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]], layout: str
+) -> None:
+    """profiler_info.json coming while the daemon runs confirms the clock: with Parquet only the runner
+    goes on; with a window layout a new runner resumes from the last commit, so that its windows'
+    files follow profiler_info.json's level. Either way the rows are the offline export's, once."""
+    pt, offline = torch_npu
+    files = _files(pt)
+    watch, out = tmp_path / "watch", tmp_path / "out"
+    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    with Daemon(watch, out, layout=layout) as daemon:
+        daemon.settle()
+        first = daemon.runner
+        assert first.window >= 0 and first.assumed_syscnt is True
+        _put(pt, watch / pt.name, [r for r in files if _at_stop(r)])
+        daemon.settle(_finished)
+        assert (daemon.runner is first) == (layout == "parquet")
+        assert daemon.runner.framework is None if layout == "parquet" else daemon.runner.framework is not None
+    assert daemon.code == 0
+    assert rows(daemon_parquet(out)) == offline
+    confirmed = {"event": events.FRAMEWORK_CLOCK, "confirmed": True, "syscnt_enable": True}
+    assert confirmed in _clock_events(logs)
+
+
+def test_a_wrong_assumed_clock_starts_the_collection_over_when_profiler_info_comes(
+    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the data tell the wrong clock (ns where torch_npu counted ticks), profiler_info.json
+    shows it: the collection starts over on the right clock while the raw data is all there, and ends
+    with the offline rows."""
+    monkeypatch.setattr(collector, "framework_counts_syscnt", lambda *_, **__: False)
+    pt, offline = torch_npu
+    files = _files(pt)
+    watch, out = tmp_path / "watch", tmp_path / "out"
+    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    with Daemon(watch, out, layout="parquet") as daemon:
+        daemon.settle()
+        assert daemon.runner.assumed_syscnt is False and daemon.runner.window >= 0
+        _put(pt, watch / pt.name, [r for r in files if _at_stop(r)])
+        daemon.settle(_finished)
+        assert daemon.runner.assumed_syscnt is None
+    assert daemon.code == 0
+    assert rows(daemon_parquet(out)) == offline
+    assert _clock_events(logs)[-1] == {
+        "event": events.FRAMEWORK_CLOCK,
+        "confirmed": False,
+        "syscnt_enable": False,
+        "action": "start over",
+    }

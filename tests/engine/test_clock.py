@@ -8,9 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from profstream.engine import metadata as md
-from profstream.engine.clock import MAX_DELTA_NS, DeviceClock, FrameworkClock, TickRate
+from profstream.engine.clock import (
+    MAX_DELTA_NS,
+    DeviceClock,
+    FrameworkClock,
+    TickRate,
+    framework_counts_syscnt,
+)
 from profstream.errors import DecodeError
 from tests.engine.profdirs import PROF_310B, PROF_910, PROF_910_RANK1, PT_310B, needs_realdata
 
@@ -360,3 +368,46 @@ def test_real_910_dir_lacks_sync_files() -> None:
     with pytest.raises(DecodeError, match=r"host_start\.log\.0") as info:
         DeviceClock.from_metadata(meta)
     assert info.value.path == str(base)
+
+
+def test_the_syscnt_flag_is_told_from_the_real_310b_framework_clock() -> None:
+    """torch_npu's real start_info (48 MHz, start_cnt 1129056766461 at 23516368458803 ns, about 6.5 h
+    after boot) and a host counter value of the same run: read as ticks it lands 18 ms after the sync
+    point, read as ns it would lie 6.2 h before the collection started; its ns reading is told apart
+    the other way."""
+    sync = {"freq_mhz": Fraction(48), "start_cnt": 1129056766461, "start_monotonic": 23516368458803}
+    start = 23516400873553  # host start_info clockMonotonicRaw of the same PROF dir
+    assert framework_counts_syscnt(HOST_CNT_310B, collection_start_ns=start, **sync) is True
+    assert framework_counts_syscnt(23516386672219, collection_start_ns=start, **sync) is False
+
+
+@given(
+    uptime_s=st.integers(3 * 3600, 400 * 86400),
+    mhz=st.sampled_from([Fraction("19.2"), Fraction("38.4"), Fraction(48), Fraction(50), Fraction(100)]),
+    after_s=st.integers(-60, 3000),
+    counts_ticks=st.booleans(),
+)
+def test_the_syscnt_flag_is_told_on_machines_up_for_hours(
+    uptime_s: int, mhz: Fraction, after_s: int, counts_ticks: bool
+) -> None:
+    """A counter started with the machine: a timestamp near the collection's start is told right
+    either way it was counted."""
+    start = uptime_s * 10**9
+    cnt = int(start * mhz / 1000)
+    at = start + after_s * 10**9
+    first = int(cnt + (at - start) * mhz / 1000) if counts_ticks else at
+    told = framework_counts_syscnt(
+        first, freq_mhz=mhz, start_cnt=cnt, start_monotonic=start, collection_start_ns=start
+    )
+    assert told is counts_ticks
+
+
+def test_the_syscnt_flag_is_not_guessed_when_both_readings_or_neither_fit() -> None:
+    """Half an hour after boot both readings land near the start; a timestamp far from the collection
+    fits neither; a counter at 1000 MHz reads the same either way. None each time."""
+    half_hour = 1800 * 10**9
+    sync = {"freq_mhz": Fraction(100), "start_cnt": half_hour // 10, "start_monotonic": half_hour}
+    assert framework_counts_syscnt(half_hour // 10, collection_start_ns=half_hour, **sync) is None
+    assert framework_counts_syscnt(10**18, collection_start_ns=half_hour, **sync) is None
+    same = {"freq_mhz": Fraction(1000), "start_cnt": 7 * 10**13, "start_monotonic": 7 * 10**13}
+    assert framework_counts_syscnt(7 * 10**13 + 5, collection_start_ns=7 * 10**13, **same) is None

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import struct
+import zlib
 from pathlib import Path
 from typing import cast
 
@@ -94,7 +95,10 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
 
     ``window`` is the last committed window (-1: none); ``snapshot`` the pipeline snapshot after
     it; ``streams`` the stream keys the pipeline was planned with (a restart plans the same ones);
-    ``finished`` that the collection is complete and every row committed.
+    ``finished`` that the collection is complete and every row committed; ``assumed_syscnt`` the
+    torch_npu clock the pipeline was planned on before profiler_info.json existed (None: its own);
+    ``snapshot_crc32`` the snapshot's CRC-32, which :func:`save` sets and :func:`load` checks (a
+    flipped byte in a compressed operator state can decompress into another valid-looking state).
     """
 
     state_format: int  #: :data:`STATE_FORMAT` of the profstream that wrote it
@@ -104,6 +108,8 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     side_bytes: int
     finished: bool = False
     gaps: list[Gap] = msgspec.field(default_factory=list)
+    assumed_syscnt: bool | None = None
+    snapshot_crc32: int | None = None  # None: written before checkpoints had one
 
 
 class CheckpointError(ProfstreamError):
@@ -148,7 +154,8 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def save(path: Path, checkpoint: Checkpoint) -> None:
-    write_atomic(path, msgspec.msgpack.encode(checkpoint))
+    checked = msgspec.structs.replace(checkpoint, snapshot_crc32=zlib.crc32(checkpoint.snapshot))
+    write_atomic(path, msgspec.msgpack.encode(checked))
 
 
 def load(path: Path) -> Checkpoint | None:
@@ -160,7 +167,12 @@ def load(path: Path) -> Checkpoint | None:
     try:
         state_format = msgspec.msgpack.decode(blob, type=_Format).state_format
         if state_format == STATE_FORMAT:
-            return msgspec.msgpack.decode(blob, type=Checkpoint)
+            checkpoint = msgspec.msgpack.decode(blob, type=Checkpoint)
+            found = zlib.crc32(checkpoint.snapshot)
+            if checkpoint.snapshot_crc32 not in (None, found):
+                msg = f"its snapshot's CRC-32 is {found:#010x}, it says {checkpoint.snapshot_crc32:#010x}"
+                raise msgspec.DecodeError(msg)
+            return checkpoint
     except msgspec.DecodeError as err:
         msg = f"cannot read the checkpoint {path}: {err}; move it away to start this collection over"
         raise CheckpointError(msg) from err

@@ -19,11 +19,24 @@ per table.
 
 Choices (the issue leaves them open):
 
-* Planning waits until the collection can be planned as offline: its control files parse, every
-  device dir has data, and a FRAMEWORK dir has its ``profiler_info*.json`` (written when torch_npu
-  stops; it holds the framework clock and the level that decides the layout's files), so a torch_npu
-  collection is processed after its run. What planning waits for is logged (``planning_waits``),
-  and the lag counts every complete file meanwhile. A stream that appears later, or dictionaries
+* Planning waits until the collection can be planned: its control files parse and every device
+  dir has data. What planning waits for is logged (``planning_waits``), and the lag counts every
+  complete file meanwhile.
+* torch_npu writes ``profiler_info*.json`` only when profiling stops, and its ``start_info`` says
+  whether the framework timestamps count syscnt ticks or monotonic ns. Until it exists, a collection
+  with a FRAMEWORK dir is planned on an assumed one (``framework_clock`` event, ``assumed=True``): NPU
+  activity on (this PROF dir exists), host/info.json's frequency and host/host_start.log's sync
+  point (which torch_npu's conversion takes before its own ``start_info``), and the syscnt flag told
+  from the first framework timestamp: read as ticks and read as ns, only the right reading lands
+  within an hour of the collection's start (:func:`~profstream.engine.clock.framework_counts_syscnt`;
+  planning waits when neither or both do, or before the first framework record). The checkpoint
+  keeps the assumption, so a restart plans on it again. The last rows go out only once
+  profiler_info.json has come and been compared: when its clock is the assumed one, the collection
+  goes on (with a window layout, a new runner resumes from the last commit, so that the files of the
+  windows after it follow profiler_info.json's level; those before it hold every file of the layout,
+  as an export without profiler_info.json writes); when it is not, the collection starts over (next
+  point), or, once raw data was aged, goes on with the assumed clock and logs an error.
+* A stream that appears later, or dictionaries
   (``hash_dic``, ``type_info_dic``, read whole when planning) that grow, make the daemon start the
   collection over (delete its outputs and checkpoint, re-plan, re-read), which keeps the result
   exact; once raw data was aged that is impossible, so the new stream is then ignored and logged.
@@ -126,9 +139,16 @@ from profstream.daemon.aging import MB, AgingPolicy, done_path
 from profstream.daemon.status import Metrics, StatusServer
 from profstream.daemon.windows import Blocked, ForkedWindows, InlineWindows, WindowTarget, WindowWriter
 from profstream.engine import discovery
-from profstream.engine.feeds import Follow
+from profstream.engine.clock import framework_counts_syscnt
+from profstream.engine.feeds import Follow, first_framework_time
 from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_timeline
-from profstream.engine.metadata import ExperimentalConfig
+from profstream.engine.metadata import (
+    CommonConfig,
+    ExperimentalConfig,
+    FrameworkConfig,
+    FrameworkStartInfo,
+    ProfilerInfo,
+)
 from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner
 from profstream.engine.runtime import ADVANCE_BYTES, Pipeline
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES, Stream
@@ -299,12 +319,62 @@ def _has_end_info(directory: Path) -> bool:
 
 def _planning_waits_for(profile: discovery.Profile) -> str | None:
     """What the collection lacks before it can be planned (module docstring), None when nothing."""
-    if profile.framework is not None and profile.profiler_info is None:
-        return "profiler_info.json (torch_npu writes it when profiling stops; it holds the framework clock)"
+    if profile.framework is not None and profile.profiler_info is None and _assumed_info(profile) is None:
+        return (
+            "profiler_info.json (torch_npu writes it when profiling stops), or a framework record whose"
+            " clock host/host_start.log and host/info.json tell"
+        )
     if not profile.devices:
         return "a device directory"
     empty = [d.path.name for d in profile.devices if not d.streams]
     return f"data in {', '.join(empty)}" if empty else None
+
+
+#: what the assumed profiler_info.json says torch_npu recorded: NPU activity (this PROF dir exists)
+_ASSUMED_ACTIVITIES = ("ProfilerActivity.CPU", "ProfilerActivity.NPU")
+
+
+def _assumed_info(profile: discovery.Profile, syscnt: bool | None = None) -> ProfilerInfo | None:
+    """The framework clock's part of the profiler_info.json torch_npu will write at its stop, before it
+    exists (module docstring): NPU activity, and ``syscnt_enable`` as given or as the first framework
+    timestamp tells it. None while the host files that convert it, or a framework record, are missing."""
+    host = profile.host.metadata if profile.host is not None else None
+    controls = profile.controls
+    if profile.framework is None or host is None or not controls:
+        return None
+    sync, freq = host.host_start, host.info.host_freq_mhz
+    if sync is None or sync.section != "Host" or sync.cntvct is None or freq is None:
+        return None
+    if syscnt is None:
+        first = first_framework_time(profile.framework)
+        if first is None:
+            return None
+        syscnt = framework_counts_syscnt(
+            first,
+            freq_mhz=freq,
+            start_cnt=sync.cntvct,
+            start_monotonic=sync.clock_monotonic_raw,
+            collection_start_ns=controls[0].start_info.clock_monotonic_raw,
+        )
+        if syscnt is None:
+            return None
+    return ProfilerInfo(
+        config=FrameworkConfig(common_config=CommonConfig(activities=_ASSUMED_ACTIVITIES)),
+        start_info=FrameworkStartInfo(
+            syscnt_enable=syscnt, start_cnt=sync.cntvct, start_monotonic=sync.clock_monotonic_raw
+        ),
+    )
+
+
+def _clock_holds(profile: discovery.Profile, syscnt: bool) -> bool:
+    """Whether the profiler_info.json that came gives the framework clock assumed with ``syscnt``."""
+    assumed = _assumed_info(profile, syscnt)
+    if assumed is None or profile.profiler_info is None:
+        return False
+    try:
+        return profile.framework_clock() == replace(profile, profiler_info=assumed).framework_clock()
+    except ProfstreamError:
+        return False
 
 
 def _done_times(path: Path) -> tuple[int | None, int | None]:
@@ -372,6 +442,10 @@ class CollectionRunner:
         self.layout: Layout = "parquet"  # of the window directories, once planned
         self.context: Context | None = None
         self.framework: ExperimentalConfig | None = None
+        # the torch_npu clock planned on before profiler_info.json existed (None: its own), and whether
+        # that file has been compared with it since
+        self.assumed_syscnt: bool | None = None
+        self.assumption_checked = False
         self.timelines: deque[tuple[int, list[tuple[Path, int]]]] | None = None  # see _age_timelines
         self.timeline_bytes = 0
         self._resume = ckpt.load(self.checkpoint_path)
@@ -404,6 +478,11 @@ class CollectionRunner:
                 self.waits_for = waits_for
             if self.pipeline is None:
                 return
+        unchecked = self.assumed_syscnt is not None and not self.assumption_checked
+        if unchecked and profile.profiler_info is not None:
+            self._check_assumption(profile)
+            if self.lost is not None:
+                return
         if self._grew(profile):
             if self.aged_any or self.gaps:
                 if not self.ignored_logged:
@@ -414,7 +493,8 @@ class CollectionRunner:
                     self.ignored_logged = True
             else:
                 self._start_over(profile)
-        self.follow.closing = _complete(profile)
+        # an assumed clock is checked before the last rows go out
+        self.follow.closing = _complete(profile) and (self.assumed_syscnt is None or self.assumption_checked)
         self.follow.poll()
 
     def _grew(self, profile: discovery.Profile) -> bool:
@@ -422,7 +502,7 @@ class CollectionRunner:
 
     def _plan(self, profile: discovery.Profile, resume: ckpt.Checkpoint | None) -> None:
         keys = _stream_keys(profile) if resume is None else set(resume.streams)
-        planned = _restricted(profile, keys)
+        planned = self._framework_basis(_restricted(profile, keys), resume)
         positions = None if resume is None else Pipeline.feed_positions(resume.snapshot)
         self.planner = Planner(
             planned,
@@ -439,7 +519,14 @@ class CollectionRunner:
             TABLE_NAMES if self.context is None else (*TABLE_NAMES, *OUTPUT_STREAMS)
         )
         if resume is not None:
-            pipeline.restore(resume.snapshot, unpack=ckpt.decompress_state)
+            try:
+                pipeline.restore(resume.snapshot, unpack=ckpt.decompress_state)
+            except Exception as err:  # whatever an operator state fails with: the checkpoint is unusable
+                msg = (
+                    f"cannot restore the pipeline from the checkpoint {self.checkpoint_path}: {err}; move it"
+                    " away to start this collection over"
+                )
+                raise ckpt.CheckpointError(msg) from err
         self.pipeline, self.wanted = pipeline, _held(wanted)
         self.planned_keys = keys
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
@@ -451,6 +538,59 @@ class CollectionRunner:
                 self._record_gaps(lost)
         self.log.info(events.DIR_DISCOVERED, planned=True, streams=len(keys), tables=len(wanted))
 
+    def _framework_basis(
+        self, profile: discovery.Profile, resume: ckpt.Checkpoint | None
+    ) -> discovery.Profile:
+        """``profile`` with the profiler_info the pipeline plans on: its own, or before it exists (or
+        when a resumed checkpoint assumed another clock) the assumed one (module docstring)."""
+        kept = None if resume is None else resume.assumed_syscnt
+        self.assumed_syscnt, self.assumption_checked = None, False
+        if profile.framework is None or (profile.profiler_info is not None and kept is None):
+            return profile
+        if profile.profiler_info is not None and kept is not None and _clock_holds(profile, kept):
+            self.log.info(events.FRAMEWORK_CLOCK, confirmed=True, syscnt_enable=kept)
+            return profile
+        assumed = _assumed_info(profile, kept)
+        if assumed is None or assumed.start_info is None:
+            return profile  # (a checkpoint planned on profiler_info.json, which is gone: planning says so)
+        self.assumed_syscnt = assumed.start_info.syscnt_enable
+        self.log.info(events.FRAMEWORK_CLOCK, assumed=True, syscnt_enable=self.assumed_syscnt)
+        return replace(profile, profiler_info=assumed)
+
+    def _check_assumption(self, profile: discovery.Profile) -> None:
+        """profiler_info.json came: go on if it gives the clock assumed, else start over while the raw
+        data is all there (module docstring)."""
+        assert self.assumed_syscnt is not None
+        self.assumption_checked = True
+        syscnt_enable = self.assumed_syscnt
+        if _clock_holds(profile, syscnt_enable):
+            if self.context is None:  # Parquet only: nothing else follows profiler_info.json
+                self.log.info(events.FRAMEWORK_CLOCK, confirmed=True, syscnt_enable=syscnt_enable)
+                self.assumed_syscnt = None
+                return
+            # the layout's files follow its level: a new runner resumes with it from the last commit
+            self.lost_event = events.FRAMEWORK_CLOCK
+            self.lost = "profiler_info.json confirms the assumed clock; its level decides the files"
+            return
+        if not (self.aged_any or self.gaps or self._raw_gone()):
+            self.log.warning(
+                events.FRAMEWORK_CLOCK, confirmed=False, syscnt_enable=syscnt_enable, action="start over"
+            )
+            self._start_over(profile)
+            return
+        self.log.error(
+            events.FRAMEWORK_CLOCK,
+            confirmed=False,
+            syscnt_enable=syscnt_enable,
+            action="kept: raw data already aged, the framework times follow the assumed clock",
+        )
+
+    def _raw_gone(self) -> bool:
+        """Whether a file the pipeline was planned with is gone (aged by the profiler)."""
+        planned = self.planner.collection if self.planner is not None else None
+        dirs = () if planned is None else (planned.host, *planned.devices, planned.framework)
+        return any(not f.path.exists() for d in dirs if d is not None for s in d.streams for f in s.files)
+
     def _plan_layout(self, profile: discovery.Profile) -> None:
         """The layout of the window directories and what its outputs need to know."""
         layout = self.config.layout
@@ -460,7 +600,8 @@ class CollectionRunner:
         if layout != "parquet":
             out_dir = self.out / OUTPUT_DIRS[layout]
             self.context = layout_context(profile, out_dir, None, csv_slice_rows=self.config.csv_slice_rows)
-            self.framework = framework_config(profile)
+            # before profiler_info.json, every file of the layout (as an export without one writes)
+            self.framework = None if self.assumed_syscnt is not None else framework_config(profile)
 
     def _window_writer(self) -> WindowWriter:
         target = WindowTarget(self.parquet, self.layout, self.context, self.framework, self.config.limits())
@@ -740,6 +881,7 @@ class CollectionRunner:
             side_bytes=self.side_bytes,
             finished=finished,
             gaps=list(self.gaps),
+            assumed_syscnt=self.assumed_syscnt,
         )
 
     def _write_checkpoint(self, checkpoint: ckpt.Checkpoint) -> None:
@@ -1088,7 +1230,8 @@ class Collector:
                 runner.settle()
                 busy |= runner.pump(time.monotonic() + self.config.poll_interval_s)
                 if runner.lost is not None:
-                    self.log.warning(
+                    log = self.log.info if runner.lost_event == events.FRAMEWORK_CLOCK else self.log.warning
+                    log(
                         runner.lost_event,
                         collection=key,
                         error=runner.lost,

@@ -59,6 +59,9 @@ Rounding = Literal["nearest", "trunc"]
 DEFAULT_HOST_MHZ = Fraction(1000)
 #: largest |delta| in ns a conversion accepts (146 years); beyond it the input is garbage.
 MAX_DELTA_NS = 2**62
+#: how far from the collection's start torch_npu's first timestamp may land, read one way, for that
+#: reading to be believed (:func:`framework_counts_syscnt`)
+FRAMEWORK_START_SPREAD_NS = 3600 * 1_000_000_000
 _MASK64 = 2**64 - 1
 
 
@@ -286,3 +289,26 @@ class FrameworkClock:
     def to_wall_ns(self, values: npt.ArrayLike) -> Int64Array:
         """Framework raw timestamps -> Unix ns (torch_npu ``get_local_time``)."""
         return self.to_ns(values) + np.int64(self.localtime_diff)
+
+
+def framework_counts_syscnt(
+    first: int, *, freq_mhz: Fraction, start_cnt: int, start_monotonic: int, collection_start_ns: int
+) -> bool | None:
+    """Whether torch_npu counts its timestamps in syscnt ticks (profiler_info.json
+    ``start_info.syscnt_enable``), told from its first timestamp before that file exists.
+
+    Read as ticks through the host counter's sync point (``start_cnt`` at ``start_monotonic``) and
+    read as monotonic ns, only the right reading lands near the collection's start: a counter at
+    tens of MHz stands at a few percent of the ns since boot, so the wrong reading is off by most of
+    the machine's uptime. None when neither reading, or both, land within
+    :data:`FRAMEWORK_START_SPREAD_NS` (a machine up for less than about an hour).
+    """
+    try:
+        rate = TickRate.from_mhz(freq_mhz)
+        delta = (first - start_cnt + 2**63) % 2**64 - 2**63  # uint64 counters, as _signed_delta reads them
+        as_ticks = rate.scale_int(delta, "trunc")
+    except DecodeError:
+        return None
+    ticks_near = abs(as_ticks + start_monotonic - collection_start_ns) <= FRAMEWORK_START_SPREAD_NS
+    ns_near = abs(first - collection_start_ns) <= FRAMEWORK_START_SPREAD_NS
+    return ticks_near if ticks_near != ns_near else None

@@ -147,6 +147,21 @@ def convert(batch: pa.RecordBatch, spec: TimeSpec, convs: dict[str, Converter]) 
     return batch
 
 
+def first_framework_time(data_dir: discovery.DataDir, *, read_bytes: int = 1 << 16) -> int | None:
+    """The earliest raw timestamp in the first whole records of each framework stream written so far
+    (the daemon tells torch_npu's clock by it, :func:`~profstream.engine.clock.framework_counts_syscnt`);
+    None before any such record."""
+    found = []
+    for stream in data_dir.streams:
+        spec = TIME_SPECS.get(stream.family)
+        if spec is None or not spec.conversions or spec.conversions[0][2] != "framework":
+            continue
+        raw = spec.conversions[0][0]
+        batches = StreamReader(stream, follow=True).read_available(read_bytes)
+        found += [int(pc.min(b.column(raw)).as_py()) for b in batches if b.num_rows]
+    return min(found, default=None)
+
+
 @dataclass(slots=True)
 class Follow:
     """The live feeds' shared poll state; the daemon calls :meth:`poll` and sets ``closing``."""
