@@ -9,6 +9,7 @@ last), so it decides what the daemon can see at each poll. Expected rows come fr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -790,25 +791,31 @@ def test_a_torch_npu_run_is_followed_on_the_clock_its_data_tells_and_resumed_on_
     ]
 
 
-@pytest.mark.parametrize("layout", ["auto", "parquet"])
+@pytest.mark.parametrize("level", ["Level1", "Level0"])
 def test_profiler_info_that_confirms_the_assumed_clock_lets_the_run_end_with_the_offline_rows(
-    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]], layout: str
+    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]], level: str
 ) -> None:
-    """profiler_info.json coming while the daemon runs confirms the clock: with Parquet only the runner
-    goes on; with a window layout a new runner resumes from the last commit, so that its windows'
-    files follow profiler_info.json's level. Either way the rows are the offline export's, once."""
+    """profiler_info.json coming while the daemon runs confirms the clock. At Level1 the torch_npu
+    windows already hold its files and the runner goes on; at Level0 (no statistics, no CANN API layer)
+    a new runner resumes from the last commit, so that the windows after it follow the level. Either
+    way the rows are the offline export's, once."""
     pt, offline = torch_npu
     files = _files(pt)
     watch, out = tmp_path / "watch", tmp_path / "out"
     _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
-    with Daemon(watch, out, layout=layout) as daemon:
+    with Daemon(watch, out) as daemon:
         daemon.settle()
         first = daemon.runner
-        assert first.window >= 0 and first.assumed_syscnt is True
-        _put(pt, watch / pt.name, [r for r in files if _at_stop(r)])
+        assert first.window >= 0 and first.assumed_syscnt is True and first.layout == "torch_npu"
+        stop = [r for r in files if _at_stop(r)]
+        _put(pt, watch / pt.name, [r for r in stop if not r.name.startswith("profiler_info")])
+        info = json.loads((pt / "profiler_info.json").read_text())
+        info["config"]["experimental_config"]["_profiler_level"] = level
+        (watch / pt.name / "profiler_info.json").write_text(json.dumps(info))
         daemon.settle(_finished)
-        assert (daemon.runner is first) == (layout == "parquet")
-        assert daemon.runner.framework is None if layout == "parquet" else daemon.runner.framework is not None
+        assert (daemon.runner is first) == (level == "Level1")
+        framework = daemon.runner.framework
+        assert framework is None if level == "Level1" else framework.profiler_level == level
     assert daemon.code == 0
     assert rows(daemon_parquet(out)) == offline
     confirmed = {"event": events.FRAMEWORK_CLOCK, "confirmed": True, "syscnt_enable": True}

@@ -32,10 +32,11 @@ Choices (the issue leaves them open):
   planning waits when neither or both do, or before the first framework record). The checkpoint
   keeps the assumption, so a restart plans on it again. The last rows go out only once
   profiler_info.json has come and been compared: when its clock is the assumed one, the collection
-  goes on (with a window layout, a new runner resumes from the last commit, so that the files of the
-  windows after it follow profiler_info.json's level; those before it hold every file of the layout,
-  as an export without profiler_info.json writes); when it is not, the collection starts over (next
-  point), or, once raw data was aged, goes on with the assumed clock and logs an error.
+  goes on (windows before it hold every file of the torch_npu layout, as an export without
+  profiler_info.json writes; when its level or AI Core metrics leave some out, a new runner resumes
+  from the last commit, so that the windows after it follow it); when it is not, the collection
+  starts over (next point), or, once raw data was aged, goes on with the assumed clock and logs an
+  error.
 * A stream that appears later, or dictionaries
   (``hash_dic``, ``type_info_dic``, read whole when planning) that grow, make the daemon start the
   collection over (delete its outputs and checkpoint, re-plan, re-read), which keeps the result
@@ -142,6 +143,7 @@ from profstream.engine import discovery
 from profstream.engine.clock import framework_counts_syscnt
 from profstream.engine.feeds import Follow, first_framework_time
 from profstream.engine.layouts import OUTPUT_DIRS, Context, Layout, Limits, is_timeline
+from profstream.engine.layouts.torch_npu import Collected
 from profstream.engine.metadata import (
     CommonConfig,
     ExperimentalConfig,
@@ -532,6 +534,7 @@ class CollectionRunner:
         self.side_bytes = _side_bytes(profile) if resume is None else resume.side_bytes
         self._resume = None
         self._frontier()
+        self.reported |= self.processed  # reported by the run that committed the checkpoint
         if positions is not None:
             lost = self._aged_while_down(positions, profile)
             if lost:
@@ -564,11 +567,13 @@ class CollectionRunner:
         self.assumption_checked = True
         syscnt_enable = self.assumed_syscnt
         if _clock_holds(profile, syscnt_enable):
-            if self.context is None:  # Parquet only: nothing else follows profiler_info.json
+            l2_data = self.context is not None and self.context.l2_cache
+            chosen = (Collected.of(c, l2_data=l2_data) for c in (framework_config(profile), self.framework))
+            if self.layout != "torch_npu" or len(set(chosen)) == 1:
                 self.log.info(events.FRAMEWORK_CLOCK, confirmed=True, syscnt_enable=syscnt_enable)
                 self.assumed_syscnt = None
                 return
-            # the layout's files follow its level: a new runner resumes with it from the last commit
+            # its level leaves some files out: a new runner resumes with it from the last commit
             self.lost_event = events.FRAMEWORK_CLOCK
             self.lost = "profiler_info.json confirms the assumed clock; its level decides the files"
             return

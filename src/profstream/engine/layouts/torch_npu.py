@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,31 @@ AIC_METRICS_NONE = "ACL_AICORE_NONE"
 #: the levels at which torch_npu copies op_statistic and api_statistic from CANN
 #: (``ProfilerConfig.LEVEL_PARSER_CONFIG``) and writes the communication files
 CANN_STATISTICS_LEVELS = (LEVEL1, "Level2")
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """What of profiler_info.json's experimental config decides this layout's files (module docstring):
+    every file when there is none; ``l2_data``: the collection has L2 cache data."""
+
+    statistics: bool  # op_statistic, api_statistic and the communication files (Level1 and Level2)
+    cann_layer: bool  # trace_view.json's CANN API layer (pruned at Level0)
+    all_kernel_headers: bool  # kernel_details' PMU columns (AI Core metrics collected)
+    l2_cache: bool  # l2_cache.csv
+
+    @classmethod
+    def of(cls, framework: ExperimentalConfig | None, *, l2_data: bool) -> Collected:
+        if framework is None:
+            return cls(statistics=True, cann_layer=True, all_kernel_headers=True, l2_cache=l2_data)
+        level = framework.profiler_level
+        return cls(
+            statistics=level in CANN_STATISTICS_LEVELS,
+            cann_layer=level != LEVEL0,
+            all_kernel_headers=framework.aic_metrics != AIC_METRICS_NONE,
+            l2_cache=l2_data and framework.l2_cache,
+        )
+
+
 CRLF = "\r\n"
 MB = 1024.0 * 1024.0
 #: step_trace_time.csv value headers (framework_outputs.md §3.4) and their ``step_time`` columns
@@ -277,15 +303,14 @@ class Communication(Output):
 def summary_outputs(context: Context, framework: ExperimentalConfig | None = None) -> list[Output]:
     """The summary files of ASCEND_PROFILER_OUTPUT, as far as ``framework`` collected them (module
     docstring; all of them without a profiler_info.json)."""
-    level = framework.profiler_level if framework is not None else LEVEL1
-    short = framework is not None and framework.aic_metrics == AIC_METRICS_NONE
+    collected = Collected.of(framework, l2_data=context.l2_cache)
     mega = [
         ("Total Allocated(MB)", "total_allocated"),
         ("Total Reserved(MB)", "total_reserved"),
         ("Total Active(MB)", "total_active"),
     ]
     outputs: list[Output] = [
-        KernelDetails(context, short),
+        KernelDetails(context, not collected.all_kernel_headers),
         SummaryOutput(
             context,
             "operator_details",
@@ -380,9 +405,9 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
             line_end=CRLF,
         ),
     ]
-    if context.l2_cache and (framework is None or framework.l2_cache):
+    if collected.l2_cache:
         outputs.append(L2CacheRows(context, "l2_cache.csv", device_column=False, line_end=CRLF))
-    if level in CANN_STATISTICS_LEVELS:
+    if collected.statistics:
         outputs += [
             Communication(context),
             *(
@@ -405,8 +430,8 @@ def timeline_outputs(
     CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is the whole CANN layer.
     """
     processes = Processes()
-    level0 = framework is not None and framework.profiler_level == LEVEL0
-    layers = [layer for layer in cann_layers(context, processes) if not (level0 and isinstance(layer, Cann))]
+    cann = Collected.of(framework, l2_data=context.l2_cache).cann_layer
+    layers = [layer for layer in cann_layers(context, processes) if cann or not isinstance(layer, Cann)]
     return [
         TimelineOutput(
             context.out_dir,
