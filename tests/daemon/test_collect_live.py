@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -87,3 +89,36 @@ def test_sigterm_commits_and_exits_0_and_metrics_are_served(tmp_path: Path, conf
     assert '"window_committed"' in err
     assert '"slice_processed"' in err or '"dir_discovered"' in err
     writer.join(timeout=120)
+
+
+def test_a_live_torch_npu_run_is_followed_before_profiler_info_and_ends_exact(
+    tmp_path: Path, config: Path
+) -> None:
+    """torch_npu writes profiler_info.json when it stops: the daemon plans on the clock the growing
+    FRAMEWORK files tell, commits windows while the run goes on, survives a kill -9 with that
+    assumption in its checkpoint, and ends with the offline rows."""
+    raw, out = tmp_path / "raw", tmp_path / "out"
+    cfg = SimulationConfig(chip="910B", steps=16, framework="torch_npu", seed=5)
+    writer = threading.Thread(target=live, args=(cfg, raw, 1.0), daemon=True)
+    writer.start()
+    _wait_for(raw)
+    daemon = _daemon(raw, out, config)
+    time.sleep(2.0)
+    daemon.kill()
+    daemon.wait()
+    daemon = _daemon(raw, out, config)
+    writer.join(timeout=120)
+    (info,) = raw.rglob("profiler_info*.json")
+    daemon.send_signal(signal.SIGTERM)
+    assert daemon.wait(timeout=60) == 0
+    finished = collect(raw, out, "--once", "--config", str(config))
+    assert finished.returncode == 0, finished.stderr
+    assert rows(daemon_parquet(out)) == offline_rows(raw, tmp_path / "offline")
+    logged = [
+        json.loads(line) for line in Path(f"{out}.log").read_text().splitlines() if line.startswith("{")
+    ]
+    assert {"assumed": True, "syscnt_enable": True}.items() <= next(
+        e for e in logged if e["event"] == "framework_clock"
+    ).items()
+    committed = [datetime.fromisoformat(e["timestamp"]) for e in logged if e["event"] == "window_committed"]
+    assert min(committed).timestamp() < info.stat().st_mtime  # outputs while torch_npu still ran
