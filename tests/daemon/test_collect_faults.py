@@ -720,6 +720,15 @@ def _at_stop(rel: Path) -> bool:
     return _is_end(rel) or rel.name.startswith("profiler_info")
 
 
+def _before_the_stop(pt: Path, tmp_path: Path) -> tuple[list[Path], Path, Path]:
+    """The files of the run, and a watch dir holding what torch_npu has written before it stops (and
+    the daemon's output dir)."""
+    files = _files(pt)
+    watch, out = tmp_path / "watch", tmp_path / "out"
+    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    return files, watch, out
+
+
 def _clock_events(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {k: v for k, v in e.items() if k not in ("log_level", "component", "collection")}
@@ -765,9 +774,7 @@ def test_a_torch_npu_run_is_followed_on_the_clock_its_data_tells_and_resumed_on_
     keeps the assumption, so a restart after profiler_info.json came plans on it, finds it confirmed,
     and ends with the offline rows."""
     pt, offline = torch_npu
-    files = _files(pt)
-    watch, out = tmp_path / "watch", tmp_path / "out"
-    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    files, watch, out = _before_the_stop(pt, tmp_path)
     with Daemon(watch, out) as daemon:
         daemon.settle()
         runner = daemon.runner
@@ -800,9 +807,7 @@ def test_profiler_info_that_confirms_the_assumed_clock_lets_the_run_end_with_the
     a new runner resumes from the last commit, so that the windows after it follow the level. Either
     way the rows are the offline export's, once."""
     pt, offline = torch_npu
-    files = _files(pt)
-    watch, out = tmp_path / "watch", tmp_path / "out"
-    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    files, watch, out = _before_the_stop(pt, tmp_path)
     with Daemon(watch, out) as daemon:
         daemon.settle()
         first = daemon.runner
@@ -830,9 +835,7 @@ def test_a_wrong_assumed_clock_starts_the_collection_over_when_profiler_info_com
     with the offline rows."""
     monkeypatch.setattr(collector, "framework_counts_syscnt", lambda *_, **__: False)
     pt, offline = torch_npu
-    files = _files(pt)
-    watch, out = tmp_path / "watch", tmp_path / "out"
-    _put(pt, watch / pt.name, [r for r in files if not _at_stop(r)])
+    files, watch, out = _before_the_stop(pt, tmp_path)
     with Daemon(watch, out, layout="parquet") as daemon:
         daemon.settle()
         assert daemon.runner.assumed_syscnt is False and daemon.runner.window >= 0
