@@ -40,7 +40,7 @@ AGED: Final = "aged"
 GAP: Final = "gap"
 DECODE_ERROR: Final = "decode_error"
 BACKPRESSURE: Final = "backpressure"
-PLANNING_WAITS: Final = "planning_waits"  # a discovered collection cannot be planned yet (the reason)
+PLANNING_WAITS: Final = "planning_waits"  # a collection cannot be planned, or ended, yet (what it waits for)
 REPLANNED: Final = "replanned"  # a collection re-planned from the start (a new stream, grown dictionaries)
 #: a torch_npu collection planned on a framework clock told from its data (profiler_info.json not yet
 #: written), and what profiler_info.json said of it when it came

@@ -772,21 +772,24 @@ def test_a_torch_npu_run_is_followed_on_the_clock_its_data_tells_and_resumed_on_
     (syscnt ticks in the simulator), reads the framework records and commits rows as they come (this
     run is shorter than the framework reorder window, so its ops wait for the end); the checkpoint
     keeps the assumption, so a restart after profiler_info.json came plans on it, finds it confirmed,
-    and ends with the offline rows."""
+    and ends with the offline rows. A collection that has ended says that it waits for the file."""
     pt, offline = torch_npu
     files, watch, out = _before_the_stop(pt, tmp_path)
+    _put(pt, watch / pt.name, [r for r in files if _is_end(r)])
     with Daemon(watch, out) as daemon:
         daemon.settle()
         runner = daemon.runner
         assert runner.assumed_syscnt is True
         assert not runner.follow.closing  # the last rows wait for profiler_info.json
+        (waits,) = _logged(logs, events.PLANNING_WAITS)
+        assert waits["waits_for"].startswith("profiler_info.json")
         assert daemon.collector.metrics.records["torch_op_range"] > 0
         checkpoint_path = runner.checkpoint_path
     saved = ckpt.load(checkpoint_path)
     assert saved is not None and saved.assumed_syscnt is True and not saved.finished
     committed = rows(daemon_parquet(out))  # out before profiler_info.json, and already the offline rows
     assert committed and all(not (found - offline[table]) for table, found in committed.items())
-    _put(pt, watch / pt.name, [r for r in files if _at_stop(r)])
+    _put(pt, watch / pt.name, [r for r in files if r.name.startswith("profiler_info")])
     with Daemon(watch, out) as daemon:
         daemon.settle(_finished)
         assert daemon.runner.assumed_syscnt is None

@@ -448,6 +448,7 @@ class CollectionRunner:
         # that file has been compared with it since
         self.assumed_syscnt: bool | None = None
         self.assumption_checked = False
+        self.closing_waits_logged = False
         self.timelines: deque[tuple[int, list[tuple[Path, int]]]] | None = None  # see _age_timelines
         self.timeline_bytes = 0
         self._resume = ckpt.load(self.checkpoint_path)
@@ -496,7 +497,17 @@ class CollectionRunner:
             else:
                 self._start_over(profile)
         # an assumed clock is checked before the last rows go out
-        self.follow.closing = _complete(profile) and (self.assumed_syscnt is None or self.assumption_checked)
+        complete, unchecked = (
+            _complete(profile),
+            self.assumed_syscnt is not None and not self.assumption_checked,
+        )
+        if complete and unchecked and not self.closing_waits_logged:
+            self.log.info(
+                events.PLANNING_WAITS,
+                waits_for="profiler_info.json, to confirm the clock before the last rows",
+            )
+            self.closing_waits_logged = True
+        self.follow.closing = complete and not unchecked
         self.follow.poll()
 
     def _grew(self, profile: discovery.Profile) -> bool:
