@@ -853,3 +853,28 @@ def test_a_wrong_assumed_clock_starts_the_collection_over_when_profiler_info_com
         "syscnt_enable": False,
         "action": "start over",
     }
+
+
+def test_a_wrong_assumed_clock_is_kept_and_logged_once_raw_data_was_aged(
+    torch_npu: tuple[Path, Rows], tmp_path: Path, logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the profiler has aged a slice (here a device stream's slice_0, read and committed), starting
+    over would lose it: the daemon keeps the assumed clock, says so in an error event, and ends."""
+    monkeypatch.setattr(collector, "framework_counts_syscnt", lambda *_, **__: False)
+    pt, _ = torch_npu
+    files, watch, out = _before_the_stop(pt, tmp_path)
+    with Daemon(watch, out, layout="parquet") as daemon:
+        daemon.settle()
+        first = next(r for r in files if _is_data(r) and r.name.endswith("slice_0") and "device" in str(r))
+        for rel in (first, first.with_name(f"{first.name}.done")):
+            (watch / pt.name / rel).unlink()
+        _put(pt, watch / pt.name, [r for r in files if _at_stop(r)])
+        daemon.settle(_finished)
+        assert daemon.runner.assumed_syscnt is False
+    assert daemon.code == 0
+    assert _clock_events(logs)[-1] == {
+        "event": events.FRAMEWORK_CLOCK,
+        "confirmed": False,
+        "syscnt_enable": False,
+        "action": "kept: raw data already aged, the framework times follow the assumed clock",
+    }

@@ -379,6 +379,14 @@ def _clock_holds(profile: discovery.Profile, syscnt: bool) -> bool:
         return False
 
 
+def _aged_since_start(profile: discovery.Profile) -> bool:
+    """Whether some stream has lost slices: the collector numbers a stream's slices from 0 and ages
+    the oldest first (module docstring), so a stream whose first slice is not 0 was aged. This holds
+    across a restart, which the runner's own aging and gap records do not see."""
+    dirs = (profile.host, *profile.devices)
+    return any(min(f.slice for f in s.files) > 0 for d in dirs if d is not None for s in d.streams if s.files)
+
+
 def _done_times(path: Path) -> tuple[int | None, int | None]:
     """``starttime`` and ``endtime`` of a slice's ``.done`` (None when absent)."""
     found: dict[str, int] = {}
@@ -481,8 +489,7 @@ class CollectionRunner:
                 self.waits_for = waits_for
             if self.pipeline is None:
                 return
-        unchecked = self.assumed_syscnt is not None and not self.assumption_checked
-        if unchecked and profile.profiler_info is not None:
+        if self.unconfirmed and profile.profiler_info is not None:
             self._check_assumption(profile)
             if self.lost is not None:
                 return
@@ -496,19 +503,20 @@ class CollectionRunner:
                     self.ignored_logged = True
             else:
                 self._start_over(profile)
-        # an assumed clock is checked before the last rows go out
-        complete, unchecked = (
-            _complete(profile),
-            self.assumed_syscnt is not None and not self.assumption_checked,
-        )
-        if complete and unchecked and not self.closing_waits_logged:
+        complete = _complete(profile)
+        if complete and self.unconfirmed and not self.closing_waits_logged:
             self.log.info(
                 events.PLANNING_WAITS,
                 waits_for="profiler_info.json, to confirm the clock before the last rows",
             )
             self.closing_waits_logged = True
-        self.follow.closing = complete and not unchecked
+        self.follow.closing = complete and not self.unconfirmed  # the last rows wait for the check
         self.follow.poll()
+
+    @property
+    def unconfirmed(self) -> bool:
+        """The pipeline runs on an assumed framework clock that profiler_info.json has not checked."""
+        return self.assumed_syscnt is not None and not self.assumption_checked
 
     def _grew(self, profile: discovery.Profile) -> bool:
         return bool(_stream_keys(profile) - self.planned_keys) or _side_bytes(profile) != self.side_bytes
@@ -588,7 +596,7 @@ class CollectionRunner:
             self.lost_event = events.FRAMEWORK_CLOCK
             self.lost = "profiler_info.json confirms the assumed clock; its level decides the files"
             return
-        if not (self.aged_any or self.gaps or self._raw_gone()):
+        if not (self.aged_any or self.gaps or _aged_since_start(profile)):
             self.log.warning(
                 events.FRAMEWORK_CLOCK, confirmed=False, syscnt_enable=syscnt_enable, action="start over"
             )
@@ -600,12 +608,6 @@ class CollectionRunner:
             syscnt_enable=syscnt_enable,
             action="kept: raw data already aged, the framework times follow the assumed clock",
         )
-
-    def _raw_gone(self) -> bool:
-        """Whether a file the pipeline was planned with is gone (aged by the profiler)."""
-        planned = self.planner.collection if self.planner is not None else None
-        dirs = () if planned is None else (planned.host, *planned.devices, planned.framework)
-        return any(not f.path.exists() for d in dirs if d is not None for s in d.streams for f in s.files)
 
     def _plan_layout(self, profile: discovery.Profile) -> None:
         """The layout of the window directories and what its outputs need to know."""
