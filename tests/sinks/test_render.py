@@ -209,6 +209,23 @@ def test_random_doubles_print_as_python_repr() -> None:
     assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values.tolist()]
 
 
+def test_sizes_over_powers_of_two_print_as_python_repr() -> None:
+    """KB and MB columns (bytes over 1024 or 1024**2) and other whole numbers over powers of two: the
+    exact decimals of up to 15 digits, and those just longer, which the search prints instead."""
+    rng = np.random.default_rng(20261124)
+    whole = rng.integers(1, 2**53, 100_000, dtype=np.int64) >> rng.integers(0, 53, 100_000)
+    values = np.concatenate(
+        [
+            rng.integers(0, 2**40, 100_000) / 1024.0,
+            rng.integers(0, 2**40, 100_000) * 512 / 1024.0**2,
+            (whole + 1) / 2.0 ** rng.integers(0, 60, 100_000),
+            np.arange(1, 2**16) * 10.0**15 / 2**16,  # across the 15-digit limit
+        ]
+    )
+    values = np.concatenate([values, -values])
+    assert float_text(pa.array(values)).to_pylist() == [repr(v) for v in values.tolist()]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(), min_size=1, max_size=40))
 def test_rendered_floats_print_as_python_repr(values: list[float]) -> None:
