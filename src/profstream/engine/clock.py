@@ -303,12 +303,18 @@ def framework_counts_syscnt(
     the machine's uptime. None when neither reading, or both, land within
     :data:`FRAMEWORK_START_SPREAD_NS` (a machine up for less than about an hour).
     """
+
+    def near(rate: TickRate | None) -> bool:
+        """Whether torch_npu's own conversion, at ``rate`` (None: ns), puts it near the start."""
+        clock = FrameworkClock(rate=rate, start_cnt=start_cnt, time_offset=start_monotonic, localtime_diff=0)
+        return (
+            abs(int(clock.to_ns(np.array([first & _MASK64], np.uint64))[0]) - collection_start_ns)
+            <= FRAMEWORK_START_SPREAD_NS
+        )
+
     try:
-        rate = TickRate.from_mhz(freq_mhz)
-        delta = (first - start_cnt + 2**63) % 2**64 - 2**63  # uint64 counters, as _signed_delta reads them
-        as_ticks = rate.scale_int(delta, "trunc")
-    except DecodeError:
+        ticks_near = near(TickRate.from_mhz(freq_mhz))
+    except DecodeError:  # a frequency too fine to convert with, or ticks beyond any plausible delta
         return None
-    ticks_near = abs(as_ticks + start_monotonic - collection_start_ns) <= FRAMEWORK_START_SPREAD_NS
-    ns_near = abs(first - collection_start_ns) <= FRAMEWORK_START_SPREAD_NS
+    ns_near = near(None)
     return ticks_near if ticks_near != ns_near else None
