@@ -164,18 +164,18 @@ def load(path: Path) -> Checkpoint | None:
         blob = path.read_bytes()
     except FileNotFoundError:
         return None
+    unreadable = f"cannot read the checkpoint {path}: {{}}; move it away to start this collection over"
     try:
         state_format = msgspec.msgpack.decode(blob, type=_Format).state_format
-        if state_format == STATE_FORMAT:
-            checkpoint = msgspec.msgpack.decode(blob, type=Checkpoint)
-            found = zlib.crc32(checkpoint.snapshot)
-            if checkpoint.snapshot_crc32 not in (None, found):
-                msg = f"its snapshot's CRC-32 is {found:#010x}, it says {checkpoint.snapshot_crc32:#010x}"
-                raise msgspec.DecodeError(msg)
-            return checkpoint
+        checkpoint = msgspec.msgpack.decode(blob, type=Checkpoint) if state_format == STATE_FORMAT else None
     except msgspec.DecodeError as err:
-        msg = f"cannot read the checkpoint {path}: {err}; move it away to start this collection over"
-        raise CheckpointError(msg) from err
+        raise CheckpointError(unreadable.format(err)) from err
+    if checkpoint is not None:
+        found = zlib.crc32(checkpoint.snapshot)
+        if checkpoint.snapshot_crc32 not in (None, found):
+            said = f"its snapshot's CRC-32 is {found:#010x}, it says {checkpoint.snapshot_crc32:#010x}"
+            raise CheckpointError(unreadable.format(said))
+        return checkpoint
     msg = (
         f"the checkpoint {path} holds operator state format {state_format}, this profstream"
         f" reads format {STATE_FORMAT}; finish the collection with the version that wrote it, or move"
