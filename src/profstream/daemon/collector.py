@@ -116,6 +116,7 @@ Test hooks (environment): ``PROFSTREAM_COLLECT_FAULT`` holds comma-separated ``k
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -423,9 +424,11 @@ class CollectionRunner:
         self.snapshot = b""  # of the committed window
         self.finished = False
         self.failed = False
-        # why the pipeline cannot go on: its directory vanished, or the window writer died
+        # why the pipeline cannot go on (its directory vanished, the window writer died, or
+        # profiler_info.json's level needs a new runner), and the event and level that say so
         self.lost: str | None = None
         self.lost_event = events.WATCH_DIR_MISSING
+        self.lost_level = logging.WARNING
         self.gaps: list[ckpt.Gap] = []
         self.windows: WindowWriter | None = None  # made when planned
         self.in_flight: deque[_Ended] = deque()  # ended windows not committed yet (oldest first)
@@ -593,8 +596,11 @@ class CollectionRunner:
                 self.assumed_syscnt = None
                 return
             # its level leaves some files out: a new runner resumes with it from the last commit
-            self.lost_event = events.FRAMEWORK_CLOCK
-            self.lost = "profiler_info.json confirms the assumed clock; its level decides the files"
+            self.lost, self.lost_event, self.lost_level = (
+                "profiler_info.json confirms the assumed clock; its level decides the files",
+                events.FRAMEWORK_CLOCK,
+                logging.INFO,
+            )
             return
         if not (self.aged_any or self.gaps or _aged_since_start(profile)):
             self.log.warning(
@@ -1248,8 +1254,8 @@ class Collector:
                 runner.settle()
                 busy |= runner.pump(time.monotonic() + self.config.poll_interval_s)
                 if runner.lost is not None:
-                    log = self.log.info if runner.lost_event == events.FRAMEWORK_CLOCK else self.log.warning
-                    log(
+                    self.log.log(
+                        runner.lost_level,
                         runner.lost_event,
                         collection=key,
                         error=runner.lost,
