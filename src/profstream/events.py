@@ -17,6 +17,7 @@ import structlog
 FILE_IGNORED: Final = "file_ignored"  # an unknown file name in a data dir (logged once per name)
 DATA_NOT_DECODED: Final = "data_not_decoded"  # an export read past data files no codec reads (per kind)
 RECORDS_DROPPED: Final = "records_dropped"  # invalid records skipped under the skip policy
+VALUES_REPLACED: Final = "values_replaced"  # values kept but replaced as the profiler's tools do
 RECORDS_LOST: Final = "records_lost"  # gaps in a record family's rolling counter
 RECORDS_UNMATCHED: Final = "records_unmatched"  # records an operator could not pair or join
 L2_CACHE_NOT_COMPUTED: Final = "l2_cache_not_computed"  # no rates: the chip or its configured events

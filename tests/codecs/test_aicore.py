@@ -188,12 +188,16 @@ def test_partial_record_is_not_consumed(family: str, size: int) -> None:
         ("aicore.data.7.dev.profiler_default_tag.1.slice_3", StreamTraits(), "aicore", "1", "3"),
         ("aicore.data.7.2.3", StreamTraits(), "aicore", "2", "3"),
         ("aicore.data.0.slice_2", StreamTraits(platform=4, sample_based=True), "aicore_sample", "0", "2"),
-        ("aiVectorCore.data.1.slice_0", StreamTraits(sample_based=True), "aiv_sample", "1", "0"),
+        ("aiVectorCore.data.1.slice_0", StreamTraits(aiv_sample_based=True), "aiv_sample", "1", "0"),
+        # each file by its own mode (sample.json ai_core_profiling_mode / aiv_profiling_mode)
+        ("aiVectorCore.data.1.slice_0", StreamTraits(sample_based=True), "aiv", "1", "0"),
+        ("aicore.data.1.slice_0", StreamTraits(aiv_sample_based=True), "aicore", "1", "0"),
+        ("aiVectorCore.data.7.2.3", StreamTraits(), "aiv", "2", "3"),
         ("aicore.data.7.2.3", StreamTraits(sample_based=True), "aicore_sample", "2", "3"),
         ("aicore.data.0.slice_2", StreamTraits(platform=15, sample_based=True), "aicore_sample_v6", "0", "2"),
         (
             "aiVectorCore.data.0.slice_0",
-            StreamTraits(platform=16, sample_based=True),
+            StreamTraits(platform=16, aiv_sample_based=True),
             "aiv_sample_v6",
             "0",
             "0",

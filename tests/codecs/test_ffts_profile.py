@@ -216,11 +216,17 @@ def test_sample_form_in_ffts_profile() -> None:
         (StreamTraits(platform=16, stream_expand=True), "ffts_profile_v6"),
         (StreamTraits(platform=5, sample_based=True), "ffts_profile_sample"),
         (StreamTraits(platform=16, sample_based=True), "ffts_profile_sample_v6"),
+        # msprof reads neither form when only the AI Vector cores were sampled
+        (StreamTraits(platform=5, aiv_sample_based=True), None),
+        (StreamTraits(platform=5, sample_based=True, aiv_sample_based=True), "ffts_profile_sample"),
     ],
 )
-def test_selection_by_traits(traits: StreamTraits, family: str) -> None:
+def test_selection_by_traits(traits: StreamTraits, family: str | None) -> None:
     """codec_for_file picks the task-based / sample-based, V6 / non-V6 form from the traits."""
     found = codec_for_file("ffts_profile.data.2.slice_5", traits)
+    if family is None:
+        assert found is None
+        return
     assert found is not None
     assert (found[0].family, found[1]["dev"], found[1]["slice"]) == (family, "2", "5")
     assert codec_for_file("ffts_profile.data.2.slice_5.done", traits) is None

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from profstream.codecs import additional, codec_for_file, get_codec
-from profstream.codecs._base import DecodeContext
+from profstream.codecs._base import DecodeContext, OnInvalid
 from profstream.errors import DecodeError
 from tests.codecs.host_bytes import assert_header, decode_one, host_record, put, round_trip
 from tests.strategies import columns, uint_column
@@ -218,11 +218,12 @@ def test_memory_application_is_256_byte_framed() -> None:
     assert rows.column("node_id_hash").to_pylist() == [0x10, 0x20]
 
 
-ABSURD = [
-    ("tensor_info", 32, 6, "tensor_num <= 5"),
-    ("context_id_info", 32, 56, "ctx_id_num <= 55"),
-    ("fusion_op_info", 32, 9, "fusion_op_num <= 8"),
-    ("multi_thread", 24, 26, "thread_num <= 25"),
+ABSURD = [("tensor_info", 32, 6, "tensor_num <= 5")]
+#: count fields msprof's C++ cuts to their array (ParserAdditionalInfoAdapter): family, offset, array, list
+CUT = [
+    ("context_id_info", 32, 55, "ctx_ids", "ctx_id_num"),
+    ("fusion_op_info", 32, 8, "fusion_op_hashes", "fusion_op_num"),
+    ("multi_thread", 24, 25, "thread_ids", "thread_num"),
 ]
 
 
@@ -246,6 +247,21 @@ def test_absurd_count_skip_counts(family: str, offset: int, count: int, expected
     out = get_codec(family).decode(np.frombuffer(bytes(raw), np.uint8), DecodeContext(on_invalid="skip"))
     assert (out.batch.num_rows, out.dropped) == (1, 2)
     assert out.drop_reason == f"bad magic; {expected.replace('<=', '>')}"
+
+
+@pytest.mark.parametrize("on_invalid", ["error", "skip"])
+@pytest.mark.parametrize(("family", "offset", "width", "values", "count"), CUT)
+def test_count_past_the_array_is_cut(
+    family: str, offset: int, width: int, values: str, count: str, *, on_invalid: OnInvalid
+) -> None:
+    """A context id, fusion op or thread count past its fixed array keeps the record with the whole
+    array, as msprof's C++ adapter copies it, under either policy; the cut is counted and said."""
+    raw = host_record(256) + host_record(256)
+    put(raw, 256 + offset, "I", 0xFFFFFFFF)
+    out = get_codec(family).decode(np.frombuffer(bytes(raw), np.uint8), DecodeContext(on_invalid=on_invalid))
+    assert (out.batch.num_rows, out.dropped, out.replaced) == (2, 0, 1)
+    assert out.replace_reason == f"{count} above {width}, cut to {width}"
+    assert [len(v) for v in out.batch.column(values).to_pylist()] == [0, width]
 
 
 def test_bad_magic_error_names_file_and_offset() -> None:

@@ -1,4 +1,4 @@
-"""lpmFreqConv codec: 888-byte records, filled slots only, count validation, file names."""
+"""lpmFreqConv codec: 888-byte records, filled slots only, counts past the array, file names."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 
 from profstream.codecs import codec_for_file, lpm_freq
-from profstream.codecs._base import DecodeContext
-from profstream.errors import DecodeError
+from profstream.codecs._base import DecodeContext, OnInvalid
 from tests.strategies import columns
 
 
@@ -47,24 +46,18 @@ def test_byte_layout_matches_spec() -> None:
     assert out.batch.column("syscnt").to_pylist()[-1] == 3054
 
 
-def test_count_above_55_error_names_file_and_offset() -> None:
-    """A count above 55 raises under the error policy with the file, byte offset and record index."""
-    raw = record(1, {0: (1, 2)}) + record(56, {})
-    ctx = DecodeContext(path="lpmFreqConv.data.0.slice_0", offset=888 * 4, record_index=4)
-    with pytest.raises(DecodeError) as info:
-        lpm_freq.decode(np.frombuffer(bytes(raw), np.uint8), ctx)
-    assert info.value.path == "lpmFreqConv.data.0.slice_0"
-    assert info.value.offset == 888 * 5
-    assert info.value.record_index == 5
-    assert "0x38" in str(info.value)
-
-
-def test_count_above_55_skip_drops_the_record() -> None:
-    """Under the skip policy the record is dropped and counted; the others still decode."""
-    raw = record(1, {0: (1, 2)}) + record(0xFFFFFFFF, {0: (3, 4)}) + record(1, {0: (5, 6)})
-    out = lpm_freq.decode(np.frombuffer(bytes(raw), np.uint8), DecodeContext(on_invalid="skip"))
-    assert out.dropped == 1
-    assert out.batch.column("syscnt").to_pylist() == [1, 5]
+@pytest.mark.parametrize("on_invalid", ["error", "skip"])
+def test_count_above_55_is_cut_to_55(on_invalid: OnInvalid) -> None:
+    """A count above 55 keeps the record with its 55 slots, as msprof's current C++ parser does
+    (FreqLpmParseItem bounds the count), under either policy; the cut is counted and said."""
+    raw = (
+        record(1, {0: (1, 2)})
+        + record(0xFFFFFFFF, {i: (10 + i, 20) for i in range(55)})
+        + record(1, {0: (5, 6)})
+    )
+    out = lpm_freq.decode(np.frombuffer(bytes(raw), np.uint8), DecodeContext(on_invalid=on_invalid))
+    assert (out.dropped, out.replaced, out.replace_reason) == (0, 1, "count above 55, cut to 55")
+    assert out.batch.column("syscnt").to_pylist() == [1, *range(10, 65), 5]
 
 
 def test_partial_record_is_not_consumed() -> None:

@@ -173,15 +173,16 @@ def test_task_type_layout() -> None:
 
 
 def test_task_flip_layout() -> None:
-    """Tag 14: ts 8, stream 16, flipNum 18, taskId 22 (20-21 reserved)."""
+    """Tag 14: ts 8, stream 16 (the whole u16, as msprof's TaskFlipBean reads it: a flip of an
+    expanded stream keeps its id), flipNum 18, taskId 22 (20-21 reserved)."""
     raw = header(14, 40)
     put(raw, 8, 8, 8)
-    put(raw, 16, 12, 2)
+    put(raw, 16, 2048 + 12, 2)
     put(raw, 18, ts_track.FLIP_STREAM_DESTROYED, 2)
     put(raw, 20, 0xFFFF, 2)
     put(raw, 22, 13, 2)
     row = decode_one(raw)
-    assert (row["syscnt"], row["stream_id"], row["flip_num"], row["task_id"]) == (8, 12, 65535, 13)
+    assert (row["syscnt"], row["stream_id"], row["flip_num"], row["task_id"]) == (8, 2060, 65535, 13)
 
 
 def test_block_num_layout_and_stars_ids() -> None:
@@ -198,7 +199,8 @@ def test_block_num_layout_and_stars_ids() -> None:
 
 
 def test_timeline_layout() -> None:
-    """Tag 3 (32 B): taskType 8, taskState 10, stream 12, task 14, ts 16, thread 24, deviceId 28."""
+    """Tag 3 (32 B): taskType 8, taskState 10, stream 12, task 14, ts 16, thread 24, deviceId 28; the
+    stream id modulo 2048, as msprof's TimeLineData takes it (``Utils.get_stream_id``)."""
     raw = header(3, 32)
     put(raw, 8, 1, 2)
     put(raw, 10, ts_track.TIMELINE_AIC_END, 2)
@@ -208,7 +210,7 @@ def test_timeline_layout() -> None:
     put(raw, 24, 777, 4)
     put(raw, 28, 2, 4)
     row = decode_one(raw)
-    assert (row["task_type"], row["task_status"], row["stream_id"], row["task_id"]) == (1, 8, 4000, 14)
+    assert (row["task_type"], row["task_status"], row["stream_id"], row["task_id"]) == (1, 8, 4000 % 2048, 14)
     assert (row["syscnt"], row["thread_id"], row["device_id"]) == (123456, 777, 2)
     assert row["block_num"] is None
 

@@ -165,21 +165,22 @@ def test_file_kind_drops_device_and_slice(name: str, kind: str) -> None:
     assert file_kind(name) == kind
 
 
-def test_traits_from_metadata(tmp_path: Path) -> None:
-    """platform_version, version and sample-based mode come from each dir's info.json / sample.json."""
+@pytest.mark.parametrize(
+    ("aic_mode", "aiv_mode"), [("sample-based", "task-based"), ("task-based", "sample-based")]
+)
+def test_traits_from_metadata(tmp_path: Path, aic_mode: str, aiv_mode: str) -> None:
+    """platform_version, version and each core kind's sample-based mode come from each dir's
+    info.json / sample.json (ai_core_profiling_mode, aiv_profiling_mode)."""
     prof = make_prof(tmp_path)
     sample = prof / "device_0" / "sample.json"
     data = json.loads(sample.read_text())
-    data["ai_core_profiling_mode"] = "sample-based"
+    data["ai_core_profiling_mode"], data["aiv_profiling_mode"] = aic_mode, aiv_mode
     sample.write_text(json.dumps(data))
     (profile,) = discover(prof)
     traits = profile.device(0).traits
-    assert (traits.platform, traits.version, traits.sample_based, traits.stream_expand) == (
-        7,
-        "1.0",
-        True,
-        False,
-    )
+    assert (traits.platform, traits.version, traits.stream_expand) == (7, "1.0", False)
+    sampled = "sample-based"
+    assert (traits.sample_based, traits.aiv_sample_based) == (aic_mode == sampled, aiv_mode == sampled)
 
 
 @pytest.mark.skipif("expand_stream_spec" not in CODECS, reason="expand_stream_spec codec not registered yet")

@@ -391,3 +391,18 @@ def test_tail_mode_a_slice_read_to_its_end_may_age_without_a_gap(
         assert _tasks(reader.poll()) == _tasks(resumed.poll()) == list(range(2, 8))
     assert reader.stats.gaps == resumed.stats.gaps == 0
     assert not [e for e in logs if e["event"] in (events.GAP, events.LEADING_BYTES_DROPPED)]
+
+
+def test_replaced_values_are_counted_and_logged(tmp_path: Path) -> None:
+    """Values a codec keeps but replaces (here an lpmFreqConv count past its 55 slots, cut as msprof's
+    C++ cuts it) are counted in the stats and logged with the codec's reason, not passed over."""
+    codec = get_codec("lpm_freq")
+    record = bytearray(codec.encode({"syscnt": np.arange(55, dtype=np.uint64), "freq_mhz": np.ones(55)}))
+    record[0:4] = (56).to_bytes(4, "little")
+    _write_slices(tmp_path, [bytes(record) * 2], [0], stem="lpmFreqConv.data.0")
+    with capture_logs() as logs:
+        reader = StreamReader(_stream(tmp_path, codec))
+        rows = sum(b.num_rows for b in reader)
+    assert (rows, reader.stats.replaced) == (110, 2)
+    replaced = [e for e in logs if e["event"] == events.VALUES_REPLACED]
+    assert [(e["count"], e["reason"]) for e in replaced] == [(2, "count above 55, cut to 55")]

@@ -62,6 +62,7 @@ class StreamTraits:
 
     platform: int | None = None  # info.json platform_version
     sample_based: bool = False  # sample.json ai_core_profiling_mode == "sample-based"
+    aiv_sample_based: bool = False  # sample.json aiv_profiling_mode == "sample-based"
     stream_expand: bool = False  # expand_stream_spec expandStatus == 1
     version: str | None = None  # info.json "version" (selects the npu_mem layout)
 
@@ -89,8 +90,9 @@ class Decoded:
     ``buf[consumed:]`` is an incomplete record (or TLV) that the caller carries
     into the next buffer; ``dropped`` counts invalid records skipped under the
     ``skip`` policy, with ``drop_reason`` saying why. ``replaced`` counts values
-    kept but replaced by a placeholder (a text field that is not valid UTF-8
-    becomes ``'N/A'``, as torch_npu does).
+    kept but replaced, as the profiler's own tools replace them (a text field
+    that is not valid UTF-8 becomes ``'N/A'``, as torch_npu does; a count past
+    its array is cut to the array), with ``replace_reason`` saying how.
     """
 
     batch: pa.RecordBatch
@@ -98,6 +100,7 @@ class Decoded:
     dropped: int = 0
     drop_reason: str = ""
     replaced: int = 0
+    replace_reason: str = ""
 
 
 DecodeFn = Callable[[ByteBuffer, DecodeContext], Decoded]

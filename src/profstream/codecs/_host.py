@@ -137,7 +137,7 @@ def counted_list(dtype: np.dtype[Any], count: str, values: str) -> dict[str, Con
     width, base = dtype[values].shape[0], dtype[values].base
 
     def split_values(records: Records) -> Columns:
-        counts = records[count].astype(np.int64)
+        counts = np.minimum(records[count].astype(np.int64), width)  # a count past the array is cut
         keep = np.arange(width) < counts[:, None]
         offsets = np.zeros(len(counts) + 1, np.int32)
         np.cumsum(counts, out=offsets[1:])
@@ -178,6 +178,9 @@ class HostRecord:
     dtype: np.dtype[Any]
     convert: Mapping[str, Convert] = field(default_factory=dict)
     limits: Mapping[str, int] = field(default_factory=dict)  # count field -> largest valid value
+    #: count fields cut to their array's length when larger, the record kept (counted as replaced), as
+    #: msprof's C++ ``ParserAdditionalInfoAdapter`` copies at most the array's entries
+    cut: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def fields(self) -> tuple[str, ...]:
@@ -200,6 +203,7 @@ class HostRecord:
                 records = records[mask]
                 dropped += bad
                 reasons.append(reason)
+        cut = {name: int((records[name] > top).sum()) for name, top in self.cut.items()}
         out: Columns = {}
         for name in self.fields:
             conv = self.convert.get(name)
@@ -207,7 +211,10 @@ class HostRecord:
                 out[name] = records[name]
             else:
                 out.update(conv.split(records))
-        return Decoded(batch(out), consumed, dropped, "; ".join(reasons))
+        replaced = "; ".join(
+            f"{name} above {self.cut[name]}, cut to {self.cut[name]}" for name, n in cut.items() if n
+        )
+        return Decoded(batch(out), consumed, dropped, "; ".join(reasons), sum(cut.values()), replaced)
 
     def encode(self, columns: Mapping[str, Any]) -> bytes:
         n = row_count(columns)

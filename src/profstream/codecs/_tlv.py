@@ -60,6 +60,8 @@ DETECT_SAMPLE = 256
 PLACEHOLDER = "N/A"
 _PLACEHOLDER_BYTES = np.frombuffer(PLACEHOLDER.encode(), np.uint8)
 TRUNCATED = "truncated record at end of stream"
+#: ``Decoded.replace_reason`` of texts that became :data:`PLACEHOLDER`
+NOT_UTF8 = f"text not valid UTF-8, kept as {PLACEHOLDER!r}"
 
 Int64Array = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -557,7 +559,14 @@ class TlvLayout:
         for name in self.texts:
             columns[name] = found.get(name, pa.nulls(count, pa.string()))
         reasons = [f"value does not fit layout {gen.name}"] * bool(dropped) + [TRUNCATED] * truncated
-        return Decoded(batch(columns), consumed, dropped + truncated, "; ".join(reasons), replaced)
+        return Decoded(
+            batch(columns),
+            consumed,
+            dropped + truncated,
+            "; ".join(reasons),
+            replaced,
+            NOT_UTF8 * bool(replaced),
+        )
 
     def encode(self, columns: Mapping[str, Any], generation: str | None = None) -> bytes:
         """Records in layout ``generation`` (default: the current writer's) from decoded columns.

@@ -17,15 +17,16 @@ Payloads ([MSP] ``analysis/csrc/infrastructure/utils/prof_common.h``; Python for
   (C++ ``addition_info_parser.cpp`` ``TensorInfoParser``); list columns keep that a list
   operation. ``tensor_num`` counts this record's tensors, so ``tensor_num > 5`` is invalid.
 - ``context_id_info`` (``MsprofContextIdInfo``): 24 u64 ``op_name_hash``, 32 u32 ctxIdNum, 36 u32
-  ctxIds[55] -> list column ``ctx_ids`` of the first ctxIdNum ids; ctxIdNum > 55 is invalid.
+  ctxIds[55] -> list column ``ctx_ids`` of the first ctxIdNum ids; a ctxIdNum above 55 is cut to
+  55 (counted in ``Decoded.replaced``), as msprof's C++ ``ParserAdditionalInfoAdapter`` copies at
+  most the array (the same for fusionOpNum and threadNum below).
 - ``graph_id_map`` (``MsprofGraphIdInfo``): 24 u64 ``model_name_hash``, 32 u32 ``graph_id``, 36
   u32 ``model_id``.
 - ``fusion_op_info`` (``ProfFusionOpInfo``, pack 1, so the u64s sit unaligned): 24 u64
   ``op_name_hash``, 32 u32 fusionOpNum, 36/44/52/60/68 u64 ``input_mem_size``, ``output_mem_size``,
   ``weight_mem_size``, ``workspace_mem_size``, ``total_mem_size``, 76 u64 fusionOpId[8] (hashes of
   the fused op names) -> list column ``fusion_op_hashes`` of the first fusionOpNum. GE writes one
-  record per 8 fused ops, each with its own count (the C++ adapter clamps it to 8), so
-  fusionOpNum > 8 is invalid.
+  record per 8 fused ops, each with its own count; a count above 8 is cut to 8.
 - ``hccl_info`` (``MsprofHcclInfo``, pack 4): 24 u64 ``item_hash`` (itemId, a hash_dic id), 32
   ``ccl_tag_hash``, 40 ``group_name_hash``, 48 u32 ``local_rank``, ``remote_rank``, ``rank_size``,
   ``work_flow_mode``, ``plane_id``, ``ctx_id``, 72 u64 ``notify_id``, 80 u32 ``stage``, 84 u32
@@ -33,7 +34,7 @@ Payloads ([MSP] ``analysis/csrc/infrastructure/utils/prof_common.h``; Python for
   ``data_size`` (bytes), 120 u32 ``op_type``, ``data_type``, ``link_type``, ``transport_type``,
   ``rdma_type`` (enums below).
 - ``multi_thread`` (``MsprofMultiThread``): 24 u32 threadNum, 28 u32 threadId[25] -> list column
-  ``thread_ids``; threadNum > 25 is invalid.
+  ``thread_ids``; a threadNum above 25 is cut to 25.
 - ``task_memory_info`` (``MsprofMemoryInfo``, operator memory): 24 u64 ``addr``, 32 i64 ``size``
   (> 0 allocation, < 0 release), 40 u64 ``node_id_hash`` (op name hash), 48 u64
   ``total_allocate_memory``, 56 u64 ``total_reserve_memory``, 64 u32 ``device_id``, 68 u32
@@ -164,7 +165,7 @@ CONTEXT_ID_INFO = HostRecord(
     "context_id_info",
     _CONTEXT_ID_DTYPE,
     counted_list(_CONTEXT_ID_DTYPE, "ctx_id_num", "ctx_ids"),
-    {"ctx_id_num": MAX_CTX_IDS},
+    cut={"ctx_id_num": MAX_CTX_IDS},
 )
 
 GRAPH_ID_MAP = HostRecord(
@@ -192,7 +193,7 @@ FUSION_OP_INFO = HostRecord(
     "fusion_op_info",
     _FUSION_DTYPE,
     counted_list(_FUSION_DTYPE, "fusion_op_num", "fusion_op_hashes"),
-    {"fusion_op_num": MAX_FUSION_OPS},
+    cut={"fusion_op_num": MAX_FUSION_OPS},
 )
 
 HCCL_INFO = HostRecord(
@@ -233,7 +234,7 @@ MULTI_THREAD = HostRecord(
     "multi_thread",
     _MULTI_THREAD_DTYPE,
     counted_list(_MULTI_THREAD_DTYPE, "thread_num", "thread_ids"),
-    {"thread_num": MAX_THREADS},
+    cut={"thread_num": MAX_THREADS},
 )
 
 TASK_MEMORY_INFO = HostRecord(

@@ -1,7 +1,10 @@
 """AI Core / AI Vector Core PMU counters (``aicore.data``, ``aiVectorCore.data``), chips 1-4.
 
-Two collection modes write the same file names; sample.json
-``ai_core_profiling_mode`` (``StreamTraits.sample_based``) says which:
+Two collection modes write the same file names; sample.json says which, per
+file: ``ai_core_profiling_mode`` for ``aicore.data`` (``StreamTraits.sample_based``)
+and ``aiv_profiling_mode`` for ``aiVectorCore.data``
+(``StreamTraits.aiv_sample_based``), as msprof's ``ParsingAICoreSampleData`` and
+``ParsingAIVectorCoreSampleData`` each read their own mode:
 
 Task-based, 128-byte records (specs/cann_raw_formats.md §2.2; [MSP]
 ``analysis/msparser/data_struct_size_constant.py`` ``AIC_PMU_FMT =
@@ -39,7 +42,7 @@ writes every output column; sample records are few and stay numpy.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -184,12 +187,16 @@ def _decode_sample(buf: ByteBuffer, ctx: DecodeContext, *, dtype: np.dtype[Any])
     return Decoded(batch(_fields(records[:kept])), consumed, dropped, reason)
 
 
-def _sample_not_v6(traits: StreamTraits) -> bool:
-    return traits.sample_based and not traits.is_v6
+#: whether a stream's PMU was sampled by time, from the traits (the module docstring)
+Sampled = Callable[[StreamTraits], bool]
 
 
-def _sample_v6(traits: StreamTraits) -> bool:
-    return traits.sample_based and traits.is_v6
+def aic_sampled(traits: StreamTraits) -> bool:
+    return traits.sample_based
+
+
+def _aiv_sampled(traits: StreamTraits) -> bool:
+    return traits.aiv_sample_based
 
 
 _AIC_PATTERNS = named_patterns(
@@ -197,10 +204,13 @@ _AIC_PATTERNS = named_patterns(
     r"^aicore\.data\.\d+\.dev\.profiler_default_tag\.(?P<dev>\d+)\.slice_(?P<slice>\d+)$",
     r"^aicore\.data\.\d+\.(?P<dev>\d+)\.(?P<slice>\d+)$",
 )
-_AIV_PATTERNS = named_patterns(r"^aiVectorCore\.data\.(?P<dev>\d+)\.slice_(?P<slice>\d+)$")
+_AIV_PATTERNS = named_patterns(
+    r"^aiVectorCore\.data\.(?P<dev>\d+)\.slice_(?P<slice>\d+)$",
+    r"^aiVectorCore\.data\.\d+\.(?P<dev>\d+)\.(?P<slice>\d+)$",  # msprof's AIV_INFER_FILE_PATTERN
+)
 
 
-def _task_codec(family: str, patterns: Patterns, dtype: np.dtype[Any], what: str) -> Codec:
+def _task_codec(family: str, patterns: Patterns, dtype: np.dtype[Any], what: str, sampled: Sampled) -> Codec:
     return Codec(
         family=family,
         side="device",
@@ -210,13 +220,14 @@ def _task_codec(family: str, patterns: Patterns, dtype: np.dtype[Any], what: str
         record_size=RECORD_SIZE,
         counter="cnt",
         views_input=False,
-        applies=lambda traits: not traits.sample_based,
+        applies=lambda traits: not sampled(traits),
         description=f"{what} PMU counters per task (task-based)",
     )
 
 
-def sample_codec(family: str, patterns: Patterns, v6: bool, what: str) -> Codec:
-    """A sample-based PMU codec (96 B, or 112 B when ``v6``) for the files ``patterns`` match."""
+def sample_codec(family: str, patterns: Patterns, v6: bool, what: str, sampled: Sampled) -> Codec:
+    """A sample-based PMU codec (96 B, or 112 B when ``v6``) for the files ``patterns`` match, where
+    ``sampled`` says the collection sampled them."""
     dtype = DTYPE_SAMPLE_V6 if v6 else DTYPE_SAMPLE
     return Codec(
         family=family,
@@ -225,16 +236,16 @@ def sample_codec(family: str, patterns: Patterns, v6: bool, what: str) -> Codec:
         decode=partial(_decode_sample, dtype=dtype),
         encode=partial(pack_records, dtype=dtype),
         record_size=dtype.itemsize,
-        applies=_sample_v6 if v6 else _sample_not_v6,
+        applies=lambda traits: sampled(traits) and traits.is_v6 == v6,
         description=f"{what} PMU counters per sampling interval (sample-based{', V6' if v6 else ''})",
     )
 
 
 CODECS = (
-    _task_codec("aicore", _AIC_PATTERNS, DTYPE_AIC, "AI Core"),
-    _task_codec("aiv", _AIV_PATTERNS, DTYPE_AIV, "AI Vector Core"),
-    sample_codec("aicore_sample", _AIC_PATTERNS, False, "AI Core"),
-    sample_codec("aiv_sample", _AIV_PATTERNS, False, "AI Vector Core"),
-    sample_codec("aicore_sample_v6", _AIC_PATTERNS, True, "AI Core"),
-    sample_codec("aiv_sample_v6", _AIV_PATTERNS, True, "AI Vector Core"),
+    _task_codec("aicore", _AIC_PATTERNS, DTYPE_AIC, "AI Core", aic_sampled),
+    _task_codec("aiv", _AIV_PATTERNS, DTYPE_AIV, "AI Vector Core", _aiv_sampled),
+    sample_codec("aicore_sample", _AIC_PATTERNS, False, "AI Core", aic_sampled),
+    sample_codec("aiv_sample", _AIV_PATTERNS, False, "AI Vector Core", _aiv_sampled),
+    sample_codec("aicore_sample_v6", _AIC_PATTERNS, True, "AI Core", aic_sampled),
+    sample_codec("aiv_sample_v6", _AIV_PATTERNS, True, "AI Vector Core", _aiv_sampled),
 )

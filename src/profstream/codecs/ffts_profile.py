@@ -42,7 +42,10 @@ sample-based) write the 96-byte (V6: 112-byte) sample record of §2.3 into
 ``ffts_profile.data`` instead (``ParsingFftsAICoreSampleData``); families
 ``ffts_profile_sample`` / ``ffts_profile_sample_v6`` reuse the sample codec of
 ``aicore``. Splitting those rows into AIC and AIV by core id is left to the
-operators.
+operators. When only ``aiv_profiling_mode`` is sample-based, msprof reads the
+file in neither form (``FftsPmuCalculator.ms_run`` returns when either mode is
+sample-based; the sample parser runs on the AI Core's mode), so no codec
+applies and the file is listed as not decoded.
 
 Both record forms are decoded in one numba pass each (:func:`_unpack`,
 :func:`_unpack_v6`) that reconstructs the ids and writes every output column.
@@ -66,6 +69,7 @@ from profstream.codecs._base import (
     ColumnSet,
     DecodeContext,
     Decoded,
+    StreamTraits,
     Words,
     column,
     named_patterns,
@@ -74,7 +78,7 @@ from profstream.codecs._base import (
     row_count,
 )
 from profstream.codecs._ids import UNIQUE, id_rule, true_ids
-from profstream.codecs.aicore import pmu_names, sample_codec
+from profstream.codecs.aicore import aic_sampled, pmu_names, sample_codec
 from profstream.codecs.stars_soc import join_header
 
 RECORD_SIZE = 128
@@ -320,6 +324,12 @@ def encode_v6(columns: Mapping[str, Any]) -> bytes:
 
 _PATTERNS = named_patterns(r"^ffts_profile\.data\.(?P<dev>\d+)\.slice_(?P<slice>\d+)$")
 
+
+def _task_based(traits: StreamTraits) -> bool:
+    """Both PMU modes per task, as msprof needs to read task PMU (the module docstring)."""
+    return not traits.sample_based and not traits.aiv_sample_based
+
+
 FFTS_PROFILE = Codec(
     family="ffts_profile",
     side="device",
@@ -329,7 +339,7 @@ FFTS_PROFILE = Codec(
     record_size=RECORD_SIZE,
     counter="cnt",
     views_input=False,
-    applies=lambda traits: not traits.sample_based and not traits.is_v6,
+    applies=lambda traits: _task_based(traits) and not traits.is_v6,
     description="STARS PMU counters per task (context PMU) and per block (block PMU)",
 )
 
@@ -342,13 +352,13 @@ FFTS_PROFILE_V6 = Codec(
     record_size=RECORD_SIZE,
     counter="cnt",
     views_input=False,
-    applies=lambda traits: not traits.sample_based and traits.is_v6,
+    applies=lambda traits: _task_based(traits) and traits.is_v6,
     description="STARS PMU counters per task and per block, chip V6 (ten counters)",
 )
 
 CODECS = (
     FFTS_PROFILE,
     FFTS_PROFILE_V6,
-    sample_codec("ffts_profile_sample", _PATTERNS, False, "STARS AI Core / AI Vector"),
-    sample_codec("ffts_profile_sample_v6", _PATTERNS, True, "STARS AI Core / AI Vector"),
+    sample_codec("ffts_profile_sample", _PATTERNS, False, "STARS AI Core / AI Vector", aic_sampled),
+    sample_codec("ffts_profile_sample_v6", _PATTERNS, True, "STARS AI Core / AI Vector", aic_sampled),
 )

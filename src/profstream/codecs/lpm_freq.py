@@ -7,8 +7,11 @@ freq_parser.py``): u32 ``count``, u32 reserved, then 55 slots of {u64
 are filled. The output has one row per filled slot, in record then slot order:
 ``syscnt`` (device ticks) and ``freq_mhz``.
 
-msprof's C++ parser copies ``count`` slots without a bound check; here a
-``count`` above 55 makes the record invalid (error or skip policy). Which
+A ``count`` above 55 is cut to 55 and the record kept, as msprof's current C++
+parser does (``FreqLpmParseItem`` bounds the count by the array, and its
+``FreqParser`` logs one warning with the number of such records); here each
+such record counts in ``Decoded.replaced`` (logged as ``values_replaced``).
+Older msprof versions copied ``count`` slots without a bound check. Which
 entries precede the collection start (msprof folds those into the initial
 ``aic_frequency``) is decided downstream, where ``dev_start.log`` is known.
 """
@@ -31,7 +34,6 @@ from profstream.codecs._base import (
     named_patterns,
     packed_dtype,
     row_count,
-    valid_mask,
 )
 
 RECORD_SIZE = 888
@@ -46,20 +48,12 @@ DTYPE = packed_dtype(
 def decode(buf: ByteBuffer, ctx: DecodeContext) -> Decoded:
     records, consumed = as_records(buf, DTYPE)
     count = records["count"]
-    mask, dropped = valid_mask(
-        count <= SLOTS,
-        ctx,
-        record_size=RECORD_SIZE,
-        family="lpm_freq",
-        expected=f"count <= {SLOTS} at bytes 0-3",
-        found=count,
-    )
-    if mask is not None:
-        records, count = records[mask], count[mask]
+    cut = int((count > SLOTS).sum())
     slots = records["slots"].view(SLOT_DTYPE)
-    filled = np.arange(SLOTS) < count[:, None]
+    filled = np.arange(SLOTS) < np.minimum(count, SLOTS)[:, None]
     out = batch({"syscnt": slots["syscnt"][filled], "freq_mhz": slots["freq_mhz"][filled]})
-    return Decoded(out, consumed, dropped, "count above 55" if dropped else "")
+    reason = f"count above {SLOTS}, cut to {SLOTS}" if cut else ""
+    return Decoded(out, consumed, replaced=cut, replace_reason=reason)
 
 
 def encode(columns: Mapping[str, Any]) -> bytes:

@@ -34,13 +34,17 @@ timestamp), ``stream_id``, ``task_id`` and the tag's own columns, null on rows
 of other tags: ``index_id``, ``model_id``, ``tag_id`` (10), ``task_status``
 (11, 12: u8 taskStatus; 3: u16 taskState), ``task_type`` (12, 3),
 ``flip_num`` (14), ``block_num`` (15), ``thread_id``, ``device_id`` (3).
-Ids: the 40-byte layouts declare ``streamId:11`` (stream masked to 11 bits),
-block-num records get the STARS id reconstruction of §2.0 as msprof's
-Python ``BlockNumBean`` does (the C++ ``BlockNum`` struct masks the stream to
-11 bits instead, which would lose the flag bits the reconstruction needs),
-timeline and chip-V6 step-trace ids are kept raw (V6 step trace: tagId at
-32, u16 streamId at 34, u32 taskId at 36, ``StepTraceChipV6``). ``task_id``
-is uint32 for all rows so that V6 fits.
+Ids, as msprof's Python beans read them: step trace, memcpy and task type
+declare ``streamId:11`` and msprof takes ``Utils.get_stream_id`` (stream masked
+to 11 bits), and so does the timeline record (``TimeLineData``); task-flip
+stream ids are kept raw (``TaskFlipBean``, and the C++ ``TaskFlipParseItem``
+copies the whole u16), so flips of expanded streams (ids from 2048) stay on
+their stream; block-num records get the STARS id reconstruction of §2.0 as
+msprof's Python ``BlockNumBean`` does (the C++ ``BlockNum`` struct masks the
+stream to 11 bits instead, which would lose the flag bits the reconstruction
+needs); chip-V6 step-trace ids are kept raw (V6 step trace: tagId at 32, u16
+streamId at 34, u32 taskId at 36, ``StepTraceChipV6``). ``task_id`` is uint32
+for all rows so that V6 fits.
 
 Records whose tag has no documented layout (4 AI Core event counts on chip 0,
 6 runtime, 7 ts usage, 8/9 core status, 13 old flip) are stepped over by their
@@ -206,14 +210,14 @@ TIMELINE_DTYPE = packed_dtype(
 )
 
 #: how a layout's raw ids become stream_id / task_id: "raw" as stored, "masked"
-#: stream to 11 bits (``streamId:11``), "stars" the §2.0 reconstruction.
+#: stream to 11 bits (msprof's ``Utils.get_stream_id``), "stars" the §2.0 reconstruction.
 IdRule = Literal["raw", "masked", "stars"]
 LAYOUTS: dict[int, tuple[np.dtype[Any], IdRule]] = {
-    TAG_TIMELINE: (TIMELINE_DTYPE, "raw"),
+    TAG_TIMELINE: (TIMELINE_DTYPE, "masked"),
     TAG_STEP_TRACE: (STEP_DTYPE, "masked"),
     TAG_TS_MEMCPY: (MEMCPY_DTYPE, "masked"),
     TAG_TASK_TYPE: (TASK_TYPE_DTYPE, "masked"),
-    TAG_TASK_FLIP: (FLIP_DTYPE, "masked"),
+    TAG_TASK_FLIP: (FLIP_DTYPE, "raw"),
     TAG_BLOCK_NUM: (BLOCK_NUM_DTYPE, "stars"),
 }
 LAYOUTS_V6 = {**LAYOUTS, TAG_STEP_TRACE: (STEP_V6_DTYPE, "raw")}

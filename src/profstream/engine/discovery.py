@@ -225,6 +225,7 @@ class Discovery:
             base,
             platform=meta.info.platform_version,
             sample_based=meta.sample.sample_based,
+            aiv_sample_based=meta.sample.aiv_sample_based,
             version=meta.info.version or None,
         )
         return self._scanned(path, path / DATA_DIR, device_id, meta, traits)

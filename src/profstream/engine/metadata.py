@@ -186,6 +186,12 @@ class SampleJson(_Lenient, frozen=True):
         return self.ai_core_profiling_mode == "sample-based"
 
     @property
+    def aiv_sample_based(self) -> bool:
+        """AI Vector Core PMU sampled by time: msprof reads aiVectorCore.data by this mode, not the AI
+        Core's (``ParsingAIVectorCoreSampleData.get_aicore_type``)."""
+        return self.aiv_profiling_mode == "sample-based"
+
+    @property
     def level(self) -> str:
         """``profLevel`` (products) or ``prof_level`` (hisi), as msprof's ``_get_prof_level``."""
         return self.prof_level or self.prof_level_hisi

@@ -491,7 +491,9 @@ class StreamReader:
         self._carry = buf[out.consumed :].copy()
         rows = out.batch.num_rows
         self._record_index += rows + out.dropped
-        self.stats.replaced += out.replaced
+        if out.replaced:
+            self.stats.replaced += out.replaced
+            self._log.warning(events.VALUES_REPLACED, count=out.replaced, reason=out.replace_reason)
         if out.dropped:
             reason = out.drop_reason or "invalid"
             self.stats.dropped[reason] = self.stats.dropped.get(reason, 0) + out.dropped
