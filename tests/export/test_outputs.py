@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from profstream.engine import schema
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput
 from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
+from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.schema import NO_ID
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
@@ -142,3 +144,27 @@ def test_msprof_npu_module_mem_prints_kilobytes_rounded_and_a_release_only_sampl
     [path] = output.close()
     with path.open(newline="") as f:
         assert [r["Total Reserved(KB)"] for r in csv.DictReader(f)] == ["1.465", "-1"]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=8),
+    st.lists(st.integers(-10, 280), max_size=40),
+)
+def test_kernel_step_id_is_torch_npus_first_containing_step(
+    spans: list[tuple[int, int]], starts: list[int]
+) -> None:
+    """kernel_details' Step Id, against a literal reading of torch_npu's KernelViewParser loop: the
+    first step (in start order) whose range holds the start, a start at a step's end not in it (the
+    op_summary cell's TAB makes that text compare greater); overlapping steps included."""
+    spans = sorted(spans, key=lambda span: span[0])
+    begin = np.array([b for b, _ in spans], np.int64)
+    end = begin + np.array([length for _, length in spans], np.int64)
+    ids = np.arange(1, len(spans) + 1, dtype=np.int64)
+    batch = pa.record_batch(
+        {"start_ns": pa.array(starts, pa.int64()), "device_id": pa.array([0] * len(starts), pa.int32())}
+    )
+    got = _steps_of({0: (begin, end, ids)} if spans else {}, batch).to_pylist()
+    expected = [
+        next((int(i) for b, e, i in zip(begin, end, ids, strict=True) if b <= t < e), None) for t in starts
+    ]
+    assert got == expected

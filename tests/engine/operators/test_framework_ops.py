@@ -157,7 +157,7 @@ def test_enqueue_attaches_only_on_its_own_thread() -> None:
     out = drive(FrameworkOps(), [(OPS, op_range([("A", 0, 100)])), (MARKS, op_mark(marks))])
     assert brief(out["ops"], "op_id", "kind", "name", "tid", "parent_id", "correlation_id") == [
         (0, "cpu_op", "A", 1, None, None),
-        (1, "enqueue", "Enqueue@aten::add", 1, 0, 1),
+        (1, "enqueue", "Enqueue", 1, 0, 1),
         (2, "enqueue", "Enqueue", 2, None, 2),
         (3, "dequeue", "Dequeue@aten::add", 3, None, 1),
         (4, "enqueue", "Enqueue", 1, None, 3),
@@ -477,7 +477,7 @@ def test_simulated_run(simulated: tuple[Path, Path]) -> None:
             assert r["parent_id"] in steps  # one level of ops under each step
         if r["kind"] == "enqueue":  # the op that enqueued it, on its thread
             parent = by_id[r["parent_id"]]
-            assert r["name"] == f"Enqueue@{parent['name']}" and parent["tid"] == r["tid"]
+            assert r["name"] == "Enqueue" and parent["tid"] == r["tid"]
     queue = flows.filter(pc.equal(flows["kind"].cast(pa.string()), "async_task_queue"))
     enqueued = sorted(r["correlation_id"] for r in rows if r["kind"] == "enqueue")
     assert sorted(queue.column("flow_id").to_pylist()) == enqueued

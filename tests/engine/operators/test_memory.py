@@ -221,10 +221,10 @@ def test_names_inside_a_dequeue_window() -> None:
             (0, None, "cpu_op", "ProfilerStep#1", 1, 0, 1000),
             (1, 0, "cpu_op", "aten::linear", 1, 40, 58),
             (2, 1, "cpu_op", "MatMul", 1, 50, 56),
-            (3, 2, "enqueue", "Enqueue@MatMul", 1, 52, 55, 5),
+            (3, 2, "enqueue", "Enqueue", 1, 52, 55, 5),
             (4, None, "dequeue", "Dequeue@MatMul", 9, 60, 80, 5),
             (5, 0, "cpu_op", "npu_fusion", 1, 100, 120),
-            (6, 5, "enqueue", "Enqueue@npu_fusion", 1, 110, 111, 6),
+            (6, 5, "enqueue", "Enqueue", 1, 110, 111, 6),
             (7, None, "dequeue", "Dequeue@npu_fusion", 9, 130, 140, 6),
             (8, None, "dequeue", "Dequeue@lost", 9, 150, 160, 77),
         ]

@@ -140,16 +140,20 @@ def fixed(header: str, column: str) -> Cell:
 def _steps_of(
     device_steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]], batch: pa.RecordBatch
 ) -> pa.Array:
-    """The framework step containing each task's start (null outside every step; §4c)."""
+    """The Step Id of each task (null outside every step; §4c), as torch_npu's ``KernelViewParser``
+    picks it: the first step, in start order, with ``start <= task start < end``. torch_npu compares
+    the µs texts, and op_summary's start cell ends in a TAB, so a task starting at a step's end is
+    not in it; steps overlap when a step's last kernel outlives the next step's first one."""
     out = np.full(batch.num_rows, -1, np.int64)
     starts = batch.column("start_ns").to_numpy()
     devices = batch.column("device_id").to_numpy()
     for device, (begin, end, step) in device_steps.items():
         mine = devices == device
-        index = np.searchsorted(begin, starts[mine], side="right") - 1
-        found = (index >= 0) & (starts[mine] <= end[np.clip(index, 0, None)])
-        values = np.where(found, step[np.clip(index, 0, None)], -1)
-        out[mine] = values
+        # the first step whose end is past the start: the first whose running maximum of ends is
+        first = np.searchsorted(np.maximum.accumulate(end), starts[mine], side="right")
+        at = np.minimum(first, len(begin) - 1)
+        found = (first < len(begin)) & (begin[at] <= starts[mine])
+        out[mine] = np.where(found, step[at], -1)
     return pa.array(out, mask=out < 0)
 
 

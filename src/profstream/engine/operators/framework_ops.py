@@ -10,9 +10,9 @@ Rules (specs/framework_outputs.md; torch_npu ``prof_parse/_fwk_file_parser.py``,
   correlation id, process and thread (:func:`~profstream.engine.kernels.pairing.pair_acsq` keeps
   exactly one open start per key). Ends without a start and dropped starts are counted and logged.
   At equal times a start goes before an end (torch_npu keeps file order there). Dequeue events are
-  named ``Dequeue@<op>``; enqueue events ``Enqueue@<op>`` (their own op name) when a dequeue with
-  their correlation id exists, else ``Enqueue`` — the spec's rule; the torch_npu version read, and
-  the real traces in realdata/, name every enqueue ``Enqueue``.
+  named ``Dequeue@<op>`` and every enqueue event ``Enqueue``, as torch_npu's ``OpMarkBean.name``
+  names them and as every enqueue of the real traces in shared/realdata is named (the spec's
+  ``Enqueue@<op>`` for an enqueue whose correlation id a dequeue has is in neither).
 * **Op tree** (§1.6, :mod:`~profstream.engine.kernels.tree`): torch ops and enqueue events of all
   threads in start order nest by time containment (``parent_id``); an enqueue is attached to the
   enclosing op only on the same thread (the spec's rule; the version of ``_tree_builder.py`` read
@@ -453,11 +453,7 @@ class FrameworkOps(Operator):
         self._track_enqueues(take(live, rank == ENQUEUE), corr[rank == ENQUEUE], parents[rank == ENQUEUE])
         self._track_sequences(ready, is_op)
 
-        names = ready.column("name").combine_chunks()
-        enqueue = rank == ENQUEUE
-        renamed = enqueue & np.isin(corr, self._deq["corr"])
-        names = pc.if_else(pa.array(renamed), pc.binary_join_element_wise("Enqueue@", names, ""), names)
-        names = pc.if_else(pa.array(enqueue & ~renamed), "Enqueue", names)
+        names = pc.if_else(pa.array(rank == ENQUEUE), "Enqueue", ready.column("name").combine_chunks())
         return conform(
             TABLES["ops"],
             {
