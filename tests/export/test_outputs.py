@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from profstream.engine import schema
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput
 from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
+from profstream.engine.layouts.timeline import default_task_type
 from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.schema import NO_ID
 
@@ -168,3 +169,16 @@ def test_kernel_step_id_is_torch_npus_first_containing_step(
         next((int(i) for b, e, i in zip(begin, end, ids, strict=True) if b <= t < e), None) for t in starts
     ]
     assert got == expected
+
+
+def test_default_task_type_is_the_device_type_for_ffts_and_unknown_hosts() -> None:
+    """Without a GE task type msprof names a task by its host type, but by its device type when the
+    host type is FFTS_PLUS or UNKNOWN, or when there is no host record (TaskTimeViewer.get_task_type;
+    AscendHardwareAssembler::GetOpName)."""
+    rows = pa.record_batch(
+        {
+            "host_task_type": pa.array(["KERNEL_AICORE", "FFTS_PLUS", "UNKNOWN", None]).dictionary_encode(),
+            "device_task_type": pa.array(["AI_CORE", "AIV_SQE", "SDMA_SQE", "EVENT_RECORD_SQE"]),
+        }
+    )
+    assert default_task_type(rows).to_pylist() == ["KERNEL_AICORE", "AIV_SQE", "SDMA_SQE", "EVENT_RECORD_SQE"]

@@ -7,6 +7,7 @@ other file has a fixed header, compared with a profstream export of a simulated 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -95,3 +96,30 @@ def test_msprof_api_statistic_header_equals_the_real_file(exported: Path) -> Non
     [real_file] = (REAL / "dora-robo-310b-torchnpu").rglob("api_statistic_*.csv")
     [ours_file] = (exported / "msprof" / "mindstudio_profiler_output").glob("api_statistic_*.csv")
     assert header(ours_file) == header(real_file)
+
+
+def _api_args(trace: Path) -> dict[str, tuple[tuple[str, ...], dict[str, set[str]]]]:
+    """Per CANN API level of a trace: the arg names in order, and the Mode and id values seen."""
+    found: dict[str, tuple[tuple[str, ...], dict[str, set[str]]]] = {}
+    for event in json.loads(trace.read_text()):
+        args = event.get("args") or {}
+        if event.get("ph") == "X" and "Thread Id" in args and "level" in args:
+            keys, values = found.setdefault(args["level"], (tuple(args), {"Mode": set(), "id": set()}))
+            assert tuple(args) == keys
+            values["Mode"].add(args["Mode"])
+            values["id"].add(args["id"])
+            assert isinstance(args["item_id"], str)  # a hash_dic name or the number as text
+    return found
+
+
+def test_cann_api_events_carry_msprofs_args(exported: Path) -> None:
+    """The CANN layer's API events carry the args of the real trace, in its order (ApiTraceEvent):
+    Mode is the acl API's category (ACL_RTS, ACL_NN, ...) or the node struct type (launch), id the
+    acl API's name and "0" at the node level, item_id text."""
+    real = _api_args(TORCH / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    export(exported / "raw", kind="timeline", layout="torch_npu", output=exported / "timeline")
+    ours = _api_args(exported / "timeline" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+    for level in ("acl", "node"):
+        assert ours[level][0] == real[level][0]
+    assert ours["acl"][1]["Mode"] <= {"ACL_OP", "ACL_MODEL", "ACL_RTS", "ACL_OTHERS", "ACL_NN", "HOST_HCCL"}
+    assert ours["node"][1] == real["node"][1] == {"Mode": {"launch"}, "id": {"0"}}

@@ -119,6 +119,7 @@ TABLES: Mapping[str, pa.Schema] = {
         ("start_ns", I64),
         ("end_ns", I64),
         ("item_id", I64),
+        ("item", DICT),  # the item id as msprof prints it (hash_dic name, or the number)
         ("request_id", I64),
         ("connection_id", I64),
     ),

@@ -44,6 +44,10 @@ def _api(*batches: pa.RecordBatch) -> pa.Table | None:
 
 
 def test_api_rows_get_level_names_type_names_and_item_names() -> None:
+    """Names as msprof's C++ writes its API table (ApiEventDBDumper::GenerateData): an acl row's
+    struct type is its category (the type's high 16 bits: 5 ACL_NN, 3 ACL_RTS, else the number),
+    the others' their type name; item is the hash_dic name, "0" for 0, the number when unknown and
+    always at the model level."""
     batch = apis(
         [
             (ACL_LEVEL, 0x50001, 1, 100, 200, 0),
@@ -52,15 +56,19 @@ def test_api_rows_get_level_names_type_names_and_item_names() -> None:
             (RUNTIME_LEVEL, 1, 1, 160, 170, 0),
             (RUNTIME_LEVEL, 999, 1, 180, 190, 0),  # type not in type_info_dic
             (COMMUNICATION_LEVEL, 0x10001, 1, 300, 310, 12345),  # item not in hash_dic
+            (ACL_LEVEL, 0x80001, 1, 320, 330, 0),  # category 8: no name
+            (MODEL_LEVEL, 1, 1, 340, 350, OP_ITEM),  # model items print as the number
         ]
     )
-    assert rows(_api(batch), "level", "name", "struct_type", "start_ns", "end_ns", "item_id") == [
-        ("acl", "aclnnAdd", "aclnnAdd", 100, 200, 0),
-        ("node", "launch", "launch", 110, 150, OP_ITEM),
-        ("communication", "hcom_allReduce_", "master", 120, 140, HCCL_ITEM),
-        ("runtime", "KernelLaunch", "KernelLaunch", 160, 170, 0),
-        ("runtime", "999", "999", 180, 190, 0),
-        ("communication", "12345", "master", 300, 310, 12345),
+    assert rows(_api(batch), "level", "name", "struct_type", "start_ns", "end_ns", "item_id", "item") == [
+        ("acl", "aclnnAdd", "ACL_NN", 100, 200, 0, "0"),
+        ("node", "launch", "launch", 110, 150, OP_ITEM, "Add_1"),
+        ("communication", "hcom_allReduce_", "master", 120, 140, HCCL_ITEM, "hcom_allReduce_"),
+        ("runtime", "KernelLaunch", "KernelLaunch", 160, 170, 0, "0"),
+        ("runtime", "999", "999", 180, 190, 0, "0"),
+        ("communication", "12345", "master", 300, 310, 12345, "12345"),
+        ("acl", "524289", "8", 320, 330, 0, "0"),
+        ("model", "ModelExecute", "ModelExecute", 340, 350, OP_ITEM, str(OP_ITEM)),
     ]
 
 

@@ -21,6 +21,7 @@ from profstream.engine.operators.statistics import (
     CommStatistic,
     OpStatistic,
     TaskWaitTime,
+    task_time_groups,
 )
 from profstream.engine.runtime import DONE, Feed, Operator, Pipeline, at
 
@@ -312,3 +313,40 @@ def test_task_wait_time_refuses_mismatched_columns() -> None:
     """Columns of different lengths are an error naming them."""
     with pytest.raises(ValueError, match="start_ns, end_ns"):
         TaskWaitTime()(np.array([1, 2]), np.array([3]))
+
+
+def _msprof_task_time_rows(rows: list[tuple[int, int, int, int]]) -> list[int]:
+    """A literal reading of msprof's Python TaskOpViewer._reformat_task_info / operate_type: the
+    indices of the (stream, task, batch, context) rows task_time keeps."""
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for i, (stream, task, batch, _) in enumerate(rows):
+        groups.setdefault((stream, task, batch), []).append(i)
+    kept = []
+    for members in groups.values():
+        contexts = [rows[i][3] for i in members]
+        if len(members) > 1 and any(0 < c != schema.NO_ID for c in contexts):
+            continue  # FFTS+
+        mix = len(members) > 1 and 0 in contexts
+        kept += [i for i in members if not mix or rows[i][3] == 0]
+    return sorted(kept)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 1), st.integers(0, 3), st.integers(0, 1), st.sampled_from([schema.NO_ID, 0, 1, 2])
+        ),
+        max_size=30,
+    )
+)
+def test_task_time_groups_as_msprofs_python(rows: list[tuple[int, int, int, int]]) -> None:
+    """task_time keeps lone rows, drops FFTS+ groups whole, keeps a MIX group's context-0 rows and a
+    static graph's repeats (msprof_outputs.md §4e), whatever the mix of groups in a batch."""
+    columns = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    batch = pa.record_batch(
+        {
+            name: pa.array(values, pa.int64())
+            for name, values in zip(("stream_id", "task_id", "batch_id", "context_id"), columns, strict=True)
+        }
+    )
+    assert np.flatnonzero(task_time_groups(batch)).tolist() == _msprof_task_time_rows(rows)

@@ -26,8 +26,12 @@ Choices where the spec leaves room:
   here as msprof's C++ names it, ``HCCL`` in kernel_details as the real file shows). Headers are
   the C++ ones (``Block Num``, ``Mix Block Num``); ``Context ID`` and ``Mix Block Num`` only on
   STARS chips.
-* task_time, like op_summary, lists a MIX or FFTS+ task by its context rows, not the whole-task row
-  STARS also reports (``sub_task_parents``); §4e's rule for multi-context FFTS+ groups is not applied.
+* task_time groups a batch's rows by (stream, task, batch id) as msprof's Python does
+  (``TaskOpViewer.operate_type``, §4e): a group of one row is kept; a group with a context id
+  between 0 and 4294967295 (an FFTS+ task) is left out whole; a group with context 0 (MIX) keeps its
+  context-0 rows; any other group (a static graph's repeats) is kept. The rows of one task arrive in
+  one batch (HostJoin), so the groups are whole; repeats of a task id across batches are grouped
+  apart, where msprof groups the whole run.
 * api_statistic's ``Device_id`` is the collection's first device, as the real file in shared/realdata
   shows (``0``; a 310B, so msprof's Python path); the C++ path writes ``host``.
 * communication_statistic is not written for a device none of whose communication ops has a type
@@ -69,7 +73,14 @@ from profstream.engine.layouts._outputs import (
     split_by,
     stamp,
 )
-from profstream.engine.layouts.timeline import StepTrace, cann_layers, duration, map_text, text
+from profstream.engine.layouts.timeline import (
+    StepTrace,
+    cann_layers,
+    default_task_type,
+    duration,
+    map_text,
+    text,
+)
 from profstream.engine.operators import pmu
 from profstream.engine.operators.hbm import DIRECTIONS
 from profstream.engine.operators.settled import SettledLaunches
@@ -78,6 +89,7 @@ from profstream.engine.operators.statistics import (
     HIDDEN_CORE_TYPES,
     TaskWaitTime,
     sub_task_parents,
+    task_time_groups,
 )
 from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.schema import NO_ID
@@ -587,14 +599,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             [
                 device,
                 Cell("kernel_name", "op_name"),
-                Cell(
-                    "kernel_type",
-                    lambda b: pc.coalesce(
-                        text(b.column("task_type")),
-                        text(b.column("host_task_type")),
-                        text(b.column("device_task_type")),
-                    ),
-                ),
+                Cell("kernel_type", lambda b: pc.coalesce(text(b.column("task_type")), default_task_type(b))),
                 Cell("stream_id", "stream_id"),
                 Cell("task_id", "task_id"),
                 Cell("task_time(us)", duration, "duration_us"),
@@ -605,7 +610,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             # msprof leaves out tasks before the collection start (TaskOpViewer.get_task_op_summary)
             rows=lambda b: b.filter(
                 pc.and_(
-                    pc.invert(pc.or_(sub_task_parents(b), is_op_row(b))),
+                    pc.and_(pc.invert(is_op_row(b)), pa.array(task_time_groups(b))),
                     pa.array(after_collection_start(b, context.collection_start_ns)),
                 )
             ),

@@ -82,6 +82,19 @@ def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
 
 
+#: host task types msprof replaces by the device task type (``TaskTimeViewer.get_task_type``)
+DEVICE_TYPED_HOSTS = pa.array(["FFTS_PLUS", "UNKNOWN"])
+
+
+def default_task_type(rows: pa.RecordBatch) -> pa.Array:
+    """msprof's task type of a task without a GE one, and its name without an op name: the device
+    task type for an FFTS+ or unknown host task (or one without a host record), else the host task
+    type (Python ``TaskTimeViewer.get_task_type``; C++ ``AscendHardwareAssembler::GetOpName``)."""
+    host, device = text(rows.column("host_task_type")), text(rows.column("device_task_type"))
+    by_device = pc.or_(pc.is_null(host), pc.is_in(host, value_set=DEVICE_TYPED_HOSTS))
+    return pc.if_else(by_device, device, host)
+
+
 def map_text(values: pa.Array | pa.ChunkedArray, change: Callable[[pa.Array], pa.Array]) -> pa.Array:
     """``change`` applied to a text column; a dictionary column's entries are changed once each."""
     if isinstance(values, pa.ChunkedArray):
@@ -147,19 +160,18 @@ class AscendHardware(_Layer):
         yield from self.processes.threads(
             pid, pc.unique(streams).to_pylist(), lambda t: f"Stream {t}", lambda t: t
         )
-        host_type = text(rows.column("host_task_type"))
-        device_type = text(rows.column("device_task_type"))
+        fallback = default_task_type(rows)
         op_name = text(rows.column("op_name"))
         start = local(self.context, rows.column("start_ns"))
         yield CompleteEvents(
-            name=pc.coalesce(op_name, host_type, device_type),
+            name=pc.coalesce(op_name, fallback),
             pid=pid,
             tid=streams,
             ts_ns=start,
             dur_ns=duration(rows),
             args={
                 "Model Id": rows.column("model_id"),
-                "Task Type": pc.coalesce(text(rows.column("task_type")), host_type, device_type),
+                "Task Type": pc.coalesce(text(rows.column("task_type")), fallback),
                 "Physic Stream Id": streams,
                 "Task Id": rows.column("task_id"),
                 "Batch Id": rows.column("batch_id"),
@@ -219,11 +231,12 @@ class Cann(_Layer):
             tid=threads,
             ts_ns=local(self.context, batch.column("start_ns")),
             dur_ns=duration(batch),
-            args={
+            args={  # msprof's ApiTraceEvent: Mode is the struct type; id the acl API name, else 0
                 "Thread Id": threads,
+                "Mode": batch.column("struct_type"),
                 "level": level,
-                "id": name,
-                "item_id": batch.column("item_id"),
+                "id": pc.if_else(pc.equal(level, "acl"), name, "0"),
+                "item_id": batch.column("item"),
                 "connection_id": batch.column("connection_id"),
             },
         )

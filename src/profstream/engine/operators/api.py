@@ -9,10 +9,15 @@ Rules (specs/cann_raw_formats.md §2.7; msprof_outputs.md §2.5, §3.4 CANN, §4
   requestId and itemId (C++ ``analysis/csrc/domain/services/parser/host/cann/api_event_parser.cpp``,
   Python ``analysis/mscalculate/cann/cann_event_generator.py``). An event that never closes is
   dropped and counted, as both do.
-- ``level`` is the level's lower-case name (``codecs._host.LEVELS``), ``struct_type`` the type name
-  of ``type_info_dic`` at key ``level_type``; ``name`` is the struct type except at the
-  communication level, where it is the item id resolved through ``hash_dic`` (§4e). Unknown ids
-  print as their number, as msprof prints them.
+- ``level`` is the level's lower-case name (``codecs._host.LEVELS``). Names follow msprof's C++
+  writer of the API table (``ApiEventDBDumper::GenerateData``; ``ApiProcessor::FormatData``):
+  ``struct_type`` (the timeline's ``Mode``) is the type name of ``type_info_dic`` at key
+  ``level_type``, except at the acl level, where the type's high 16 bits name the API's category
+  (:data:`ACL_API_TAGS`: ``ACL_OP``, ``ACL_RTS``, ...; the low 16 bits the API); ``name`` is the
+  type name except at the communication level, where it is the item id resolved through
+  ``hash_dic`` (§4e); ``item`` is the item id as msprof prints it: resolved through ``hash_dic``,
+  but ``0`` for 0 and the decimal number at the model level and for node-level ``step_info``.
+  Unknown ids print as their number, as msprof prints them.
 - ``connection_id``: msprof numbers API events and uses the number of the node-level launch API (or
   the innermost enclosing API) as the flow id of every runtime task launched inside it. The C++ takes
   a global counter over all host events after sorting APIs by (begin, level descending)
@@ -63,6 +68,20 @@ Array = npt.NDArray[Any]
 OPEN_LIMIT_NS = 120 * 10**9
 RUNTIME_LEVEL, COMMUNICATION_LEVEL, NODE_LEVEL, MODEL_LEVEL, ACL_LEVEL = 5000, 5500, 10000, 15000, 20000
 LEVEL_NUMBERS = {name: number for number, name in LEVELS.items()}
+#: the acl level's API categories by the high 16 bits of the type (msprof C++ ``aclApiTagMap``;
+#: the reporters' ``MSPROF_REPORT_ACL_*_BASE_TYPE`` 0x010000-0x0B0000); others print as the number
+ACL_API_TAGS = {
+    1: "ACL_OP",
+    2: "ACL_MODEL",
+    3: "ACL_RTS",
+    4: "ACL_OTHERS",
+    5: "ACL_NN",
+    6: "ACL_ASCENDC",
+    7: "HOST_HCCL",
+    9: "ACL_DVPP",
+    10: "ACL_GRAPH",
+    11: "ACL_ATB",
+}
 
 _EMPTY_HASHES = pa.table({"hash": pa.array([], pa.uint64()), "value": pa.array([], pa.string())})
 
@@ -435,9 +454,14 @@ class ApiEvents(Operator):
         level = column(rows, "level")
         kind = column(rows, "type", np.uint64)
         item = column(rows, "item_id", np.uint64)
-        struct = self.names.type_names(level, kind)
+        typed = self.names.type_names(level, kind)
+        acl = level == ACL_LEVEL
+        struct = pc.if_else(pa.array(acl), enum_names(kind >> np.uint64(16), ACL_API_TAGS), typed)
         items = self.names.names(item)
-        name = pc.if_else(pa.array(level == COMMUNICATION_LEVEL), items, struct)
+        name = pc.if_else(pa.array(level == COMMUNICATION_LEVEL), items, typed)
+        numbered = (level == MODEL_LEVEL) | (item == 0)
+        numbered |= (level == NODE_LEVEL) & pc.equal(typed, "step_info").to_numpy(zero_copy_only=False)
+        item_text = pc.if_else(pa.array(numbered), pc.cast(pa.array(item), pa.string()), items)
         ids = self._next_id + np.arange(rows.num_rows, dtype=np.int64)
         self._next_id += rows.num_rows
         return schema.conform(
@@ -450,6 +474,7 @@ class ApiEvents(Operator):
                 "start_ns": rows.column("start_ns"),
                 "end_ns": rows.column("end_ns"),
                 "item_id": pa.array(item.view(np.int64)),  # the u64 bits; view as uint64 to resolve
+                "item": item_text,
                 "request_id": rows.column("request_id"),
                 "connection_id": pa.array(ids),
             },

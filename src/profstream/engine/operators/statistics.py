@@ -212,6 +212,29 @@ def _ratio(total: int, denominator: int) -> float:
     return total * 100 / denominator if denominator > 0 else 0.0
 
 
+def task_time_groups(batch: pa.RecordBatch) -> npt.NDArray[np.bool_]:
+    """The rows msprof's Python task_time keeps of each (stream, task, batch id) group of ``batch``
+    (``TaskOpViewer.operate_type``, msprof_outputs.md §4e): a lone row; none of a group holding an
+    FFTS+ context (an id between 0 and NO_ID); the context-0 rows of a MIX group; every row of any
+    other group (a static graph's repeats)."""
+    context = batch.column("context_id").fill_null(NO_ID).to_numpy()
+    key = np.stack(
+        [
+            batch.column(name).fill_null(-1).to_numpy().astype(np.int64)
+            for name in ("stream_id", "task_id", "batch_id")
+        ]
+    )
+    _, group, sizes = np.unique(key, axis=1, return_inverse=True, return_counts=True)
+    group = group.ravel()
+
+    def any_in_group(rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
+        return np.asarray(np.bincount(group, weights=rows, minlength=len(sizes))[group] > 0, np.bool_)
+
+    ffts = any_in_group((context > 0) & (context != NO_ID))
+    mix = any_in_group(context == 0)
+    return np.asarray((sizes[group] == 1) | (~ffts & (~mix | (context == 0))), np.bool_)
+
+
 def sub_task_parents(batch: pa.RecordBatch) -> pa.Array:
     """True for a task row (context ``NO_ID``) that has sub-task rows in this batch: rows with a real
     context id, the same stream, task and batch id, starting within the row's span. STARS reports a
