@@ -459,9 +459,14 @@ class ApiEvents(Operator):
         struct = pc.if_else(pa.array(acl), enum_names(kind >> np.uint64(16), ACL_API_TAGS), typed)
         items = self.names.names(item)
         name = pc.if_else(pa.array(level == COMMUNICATION_LEVEL), items, typed)
-        numbered = (level == MODEL_LEVEL) | (item == 0)
-        numbered |= (level == NODE_LEVEL) & pc.equal(typed, "step_info").to_numpy(zero_copy_only=False)
-        item_text = pc.if_else(pa.array(numbered), pc.cast(pa.array(item), pa.string()), items)
+        # 0 and ids missing from hash_dic already print as their number
+        numbered = (level == MODEL_LEVEL) | (level == NODE_LEVEL) & pc.equal(typed, "step_info").to_numpy(
+            zero_copy_only=False
+        )
+        item_text = items
+        if numbered.any():
+            decimals = pc.cast(pa.array(item[numbered]), pa.string())
+            item_text = pc.replace_with_mask(items, pa.array(numbered), decimals)
         ids = self._next_id + np.arange(rows.num_rows, dtype=np.int64)
         self._next_id += rows.num_rows
         return schema.conform(

@@ -57,6 +57,7 @@ import pyarrow.compute as pc
 
 from profstream import events
 from profstream.engine import schema
+from profstream.engine.operators.host_join import task_key
 from profstream.engine.runtime import Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import NO_ID
 
@@ -218,14 +219,10 @@ def task_time_groups(batch: pa.RecordBatch) -> npt.NDArray[np.bool_]:
     FFTS+ context (an id between 0 and NO_ID); the context-0 rows of a MIX group; every row of any
     other group (a static graph's repeats)."""
     context = batch.column("context_id").fill_null(NO_ID).to_numpy()
-    key = np.stack(
-        [
-            batch.column(name).fill_null(-1).to_numpy().astype(np.int64)
-            for name in ("stream_id", "task_id", "batch_id")
-        ]
+    stream, task, flips = (
+        batch.column(name).fill_null(0).to_numpy() for name in ("stream_id", "task_id", "batch_id")
     )
-    _, group, sizes = np.unique(key, axis=1, return_inverse=True, return_counts=True)
-    group = group.ravel()
+    _, group, sizes = np.unique(task_key(stream, task, flips), return_inverse=True, return_counts=True)
 
     def any_in_group(rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         return np.asarray(np.bincount(group, weights=rows, minlength=len(sizes))[group] > 0, np.bool_)
