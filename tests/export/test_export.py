@@ -21,6 +21,7 @@ import profstream
 from profstream.config import ExportSettings
 from profstream.engine import plan
 from profstream.engine.operators import overlap
+from profstream.engine.schema import NO_ID
 from profstream.errors import DecodeError
 from profstream.export import IterationError, Selection, clear_caches, export
 from profstream.simulate import SimulationConfig, simulate
@@ -214,6 +215,30 @@ def test_timeline_has_every_task_and_its_launch_flow(torch_run: Run) -> None:
     on_group = [e for e in comm if threads[e["pid"], e["tid"]].startswith("Group ")]
     assert sorted(e["name"] for e in on_group) == sorted(ops.column("op_name").to_pylist())
     assert all(threads[e["pid"], e["tid"]].startswith(("Group ", "Plane ")) for e in comm)
+    # flows end where msprof's C++ ends them: a task with an op name that is not an HCCL task, every
+    # MEMCPY_ASYNC task, and each communication op on its group thread (never on an HCCL task's plane)
+    table = profstream.open(torch_run.raw).table("tasks").read_all().to_pylist()
+    split = {(t["stream_id"], t["task_id"], t["batch_id"]) for t in table if t["context_id"] != NO_ID}
+    drawn = [
+        t
+        for t in table
+        if t["context_id"] != NO_ID or (t["stream_id"], t["task_id"], t["batch_id"]) not in split
+    ]
+    flowed = [
+        t
+        for t in drawn  # a task drawn by its contexts is not drawn itself
+        if t["connection_id"] is not None
+        and t["launch_ns"] is not None
+        and (
+            (t["op_name"] is not None and t["task_type"] not in ("HCCL", "HCCL_AI_CPU"))
+            or t["host_task_type"] == "MEMCPY_ASYNC"
+        )
+    ]
+    flow_ends = [e for e in events if e["ph"] == "f" and e["cat"] == "HostToDevice"]
+    at_ops = [e for e in flow_ends if names[e["pid"]] == "Communication"]
+    assert all(threads[e["pid"], e["tid"]].startswith("Group ") for e in at_ops)
+    assert len(at_ops) == len(on_group) == ops.num_rows > 0
+    assert len(flow_ends) - len(at_ops) == len(flowed) > 0
     # each HCCL task: its size over its duration (no RDMA payloads here) and its op's model id
     on_planes = [e for e in comm if threads[e["pid"], e["tid"]].startswith("Plane ")]
     assert on_planes

@@ -162,7 +162,9 @@ TABLES: Mapping[str, pa.Schema] = {
         ("start_ns", I64),
         ("end_ns", I64),
         ("model_id", I64),
-        ("connection_id", I64),
+        ("connection_id", I64),  # the launching node API's (HostToDevice flow id)
+        ("launch_ns", I64),  # that API's start and thread: where the op's flow starts
+        ("launch_thread_id", I64),
         ("rank_size", I64),
         ("data_type", DICT),
         ("alg_type", DICT),

@@ -24,9 +24,11 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
 Choices: a Communication group's thread is ``100 * k`` for the ``k``-th group seen on a device
 and its planes ``100 * k + plane + 1`` (msprof numbers them consecutively after counting planes,
 which a stream does not know in advance; viewers only show the names). The Step Trace layer
-draws the iteration, FP_BP, Iteration Refresh and Reduce slices; the Data_aug Bound flow pair is not
-drawn (its position differs between msprof's two paths, §3.6). Communication ops get no
-HostToDevice flow (their launching API is not joined to the op).
+draws the iteration, FP_BP, Iteration Refresh and Reduce slices, and the Data_aug Bound flow pair where
+msprof's Python draws it (§3.6). HostToDevice flows start at the launching API on the CANN layer and end
+where msprof's C++ ends them: on a task with an op name (not an HCCL task), on every MEMCPY_ASYNC task, and
+on each communication op at its start on its group thread (the node API that launched it). Flows to ACL
+record/wait-event tasks are not drawn: the tasks table does not say which API launched a task.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
 
 
+#: GE task types of HCCL tasks, whose flows end on their op instead (msprof's hccl assembler)
+HCCL_TASK_TYPES = pa.array(["HCCL", "HCCL_AI_CPU"])
 #: host task types msprof replaces by the device task type (``TaskTimeViewer.get_task_type``)
 DEVICE_TYPED_HOSTS = pa.array(["FFTS_PLUS", "UNKNOWN"])
 
@@ -179,33 +183,35 @@ class AscendHardware(_Layer):
                 "connection_id": rows.column("connection_id"),
             },
         )
+        # msprof's flow ends on this layer: a task with an op name from its compute-task info (HCCL
+        # tasks have none: their op's flow ends on the Communication layer), and every MEMCPY_ASYNC task
+        # (AscendHardwareAssembler::GenerateTaskConnectionTrace, GenerateMemcpyAsyncConnectionTrace)
+        compute = pc.and_kleene(
+            pc.is_valid(op_name),
+            pc.invert(pc.is_in(text(rows.column("task_type")), value_set=HCCL_TASK_TYPES)),
+        )
+        memcpy = pc.equal(text(rows.column("host_task_type")), "MEMCPY_ASYNC")
         launched = pc.and_(
             pc.and_(pc.is_valid(rows.column("connection_id")), pc.is_valid(rows.column("launch_ns"))),
-            pc.is_valid(op_name),
+            pc.fill_null(pc.or_kleene(compute, memcpy), False),
         )
         flows = rows.filter(launched)
-        if flows.num_rows:
-            flow_id = text(pc.shift_left(flows.column("connection_id"), 32))
-            name = pc.binary_join_element_wise("HostToDevice", flow_id, "")
-            cann = format_pid(self.context.process_id, CANN_SORT, HOST_SLOT)
-            yield FlowEvents(
-                "s",
-                name,
-                cann,
-                flows.column("launch_thread_id"),
-                local(self.context, flows.column("launch_ns")),
-                "HostToDevice",
-                flow_id,
-            )
-            yield FlowEvents(
-                "f",
-                name,
-                pid,
-                flows.column("stream_id"),
-                local(self.context, flows.column("start_ns")),
-                "HostToDevice",
-                flow_id,
-            )
+        yield from host_to_device(self.context, flows, pid, flows.column("stream_id"))
+
+
+def host_to_device(
+    context: Context, flows: pa.RecordBatch, pid: int, tid: pa.Array | np.ndarray
+) -> Iterator[Events]:
+    """The HostToDevice flow of each row: from its launching API on the CANN layer (``launch_ns``,
+    ``launch_thread_id``) to its start on ``pid``/``tid``; id ``connection_id << 32``."""
+    if not flows.num_rows:
+        return
+    flow_id = text(pc.shift_left(flows.column("connection_id"), 32))
+    name = pc.binary_join_element_wise("HostToDevice", flow_id, "")
+    cann = format_pid(context.process_id, CANN_SORT, HOST_SLOT)
+    start = local(context, flows.column("launch_ns"))
+    yield FlowEvents("s", name, cann, flows.column("launch_thread_id"), start, "HostToDevice", flow_id)
+    yield FlowEvents("f", name, pid, tid, local(context, flows.column("start_ns")), "HostToDevice", flow_id)
 
 
 class Cann(_Layer):
@@ -289,8 +295,16 @@ class Communication(_Layer):
                 dur_ns=duration(rows),
                 args=self.args(rows),
             )
+            yield from self.flows(rows, pid, tids)
 
     name_column = "op_name"
+
+    def flows(self, rows: pa.RecordBatch, pid: int, tids: np.ndarray) -> Iterator[Events]:
+        """Each op's HostToDevice flow, ending at its start on its group thread (msprof's hccl
+        assembler): from the node API that launched it."""
+        launched = pc.and_(pc.is_valid(rows.column("connection_id")), pc.is_valid(rows.column("launch_ns")))
+        mask = launched.to_numpy(zero_copy_only=False)
+        yield from host_to_device(self.context, rows.filter(launched), pid, tids[mask])
 
     def threads(self, device: int, rows: pa.RecordBatch) -> tuple[np.ndarray, dict[int, str]]:
         """Each row's thread, and the name of every thread used."""
@@ -317,10 +331,13 @@ class Communication(_Layer):
 
 
 class CommunicationTasks(Communication):
-    """HCCL tasks on the plane threads of their group."""
+    """HCCL tasks on the plane threads of their group (no flows: their op has the flow)."""
 
     table = "comm_tasks"
     name_column = "name"
+
+    def flows(self, rows: pa.RecordBatch, pid: int, tids: np.ndarray) -> Iterator[Events]:
+        return iter(())
 
     def threads(self, device: int, rows: pa.RecordBatch) -> tuple[np.ndarray, dict[int, str]]:
         base = self.groups.tids(device, rows.column("group_name"))

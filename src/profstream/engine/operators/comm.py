@@ -150,7 +150,8 @@ _HOST = pa.schema(
 _OPS = pa.schema(
     [
         ("op_id", I64T),
-        ("first_ns", I64T),
+        ("first_ns", I64T),  # the node API's start: the op's HostToDevice flow starts there
+        ("thread_id", I64T),  # and on its thread
         ("base_name", STR),
         ("group_name", STR),
         ("data_type", STR),
@@ -451,6 +452,7 @@ class Communication(Operator):
             {
                 "op_id": pa.array(ids[new]),
                 "first_ns": pa.array(apis.col("start_ns")[node_rows]),
+                "thread_id": pa.array(apis.col("thread_id")[node_rows]),
                 "base_name": self._op_names(node_rows),
                 "group_name": group,
                 "data_type": pc.if_else(
@@ -649,6 +651,8 @@ class Communication(Operator):
                 "end_ns": pa.array(last[order]),
                 "model_id": tasks.column("model_id").take(pa.array(sample[order])),
                 "connection_id": pa.array(keys[order, 0]),
+                "launch_ns": ops.column("first_ns").take(pa.array(order)),
+                "launch_thread_id": ops.column("thread_id").take(pa.array(order)),
                 "rank_size": rank_size.take(pa.array(order)),
                 "data_type": ops.column("data_type").take(pa.array(order)),
                 "alg_type": ops.column("alg_type").take(pa.array(order)),
