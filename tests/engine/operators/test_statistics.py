@@ -85,8 +85,16 @@ def test_op_statistic_groups_filters_and_ratios_by_the_spec() -> None:
 
 
 def test_op_statistic_drops_tasks_before_the_collection_start_and_counts_untimed_rows() -> None:
-    """Tasks starting before ``start_ns`` are left out; rows without times are counted and logged."""
-    batch = _tasks([("Add", "AI_CORE", 90, 100), ("Add", "AI_CORE", 100, 130), ("Add", "AI_CORE", None, 5)])
+    """Tasks starting at or before ``start_ns`` are left out (msprof: ``start_time > S``); rows
+    without times are counted and logged."""
+    batch = _tasks(
+        [
+            ("Add", "AI_CORE", 90, 100),
+            ("Add", "AI_CORE", 100, 130),
+            ("Add", "AI_CORE", 101, 131),
+            ("Add", "AI_CORE", None, 5),
+        ]
+    )
     with capture_logs() as logs:
         rows = _run(OpStatistic(DEVICE, start_ns=100), [(TASKS, batch)])
     assert [(r["count"], r["total_ns"]) for r in rows] == [(1, 30)]

@@ -35,8 +35,9 @@ Choices where msprof is unclear or its implementations differ:
   variance against that rounded average, computed exactly from integer sums and then rounded to 3
   decimals as the C++ does.
 * Collection-start filters are constructor arguments (``start_ns``): op_statistic keeps tasks that
-  start at or after it, api_statistic APIs that end at or after it (``FilterDataByStartTime`` in
-  ``api_processor.cpp``), communication_statistic ops that start at or after it.
+  start after it (msprof's Python: ``start_time > S``, ``OpCounterOpSceneCalculator._get_op_report_sql``),
+  api_statistic APIs that end at or after it (``FilterDataByStartTime`` in ``api_processor.cpp``),
+  communication_statistic ops that start at or after it.
 * Task Wait Time restarts at 0 on each device (msprof's Python writes one table per device); the
   C++ reads code as not resetting at device boundaries (§2.1), which only matters when one file
   holds several devices.
@@ -285,7 +286,7 @@ class OpStatistic(_Aggregate):
             _not_in(batch.column("task_type"), COMMUNICATION_TASK_TYPES), pc.invert(sub_task_parents(batch))
         )
         if self.start_ns is not None:
-            keep = pc.and_(keep, pc.greater_equal(batch.column("start_ns"), self.start_ns))
+            keep = pc.and_(keep, pc.greater(batch.column("start_ns"), self.start_ns))
         self._add(batch, keep, ("op_type", "task_type"))
 
     def _table(self) -> pa.RecordBatch:
