@@ -165,7 +165,7 @@ class AscendHardware(_Layer):
             pid, pc.unique(streams).to_pylist(), lambda t: f"Stream {t}", lambda t: t
         )
         fallback = default_task_type(rows)
-        op_name = text(rows.column("op_name"))
+        op_name, task_type = text(rows.column("op_name")), text(rows.column("task_type"))
         start = local(self.context, rows.column("start_ns"))
         yield CompleteEvents(
             name=pc.coalesce(op_name, fallback),
@@ -175,7 +175,7 @@ class AscendHardware(_Layer):
             dur_ns=duration(rows),
             args={
                 "Model Id": rows.column("model_id"),
-                "Task Type": pc.coalesce(text(rows.column("task_type")), fallback),
+                "Task Type": pc.coalesce(task_type, fallback),
                 "Physic Stream Id": streams,
                 "Task Id": rows.column("task_id"),
                 "Batch Id": rows.column("batch_id"),
@@ -188,7 +188,7 @@ class AscendHardware(_Layer):
         # (AscendHardwareAssembler::GenerateTaskConnectionTrace, GenerateMemcpyAsyncConnectionTrace)
         compute = pc.and_kleene(
             pc.is_valid(op_name),
-            pc.invert(pc.is_in(text(rows.column("task_type")), value_set=HCCL_TASK_TYPES)),
+            pc.invert(pc.is_in(task_type, value_set=HCCL_TASK_TYPES)),
         )
         memcpy = pc.equal(text(rows.column("host_task_type")), "MEMCPY_ASYNC")
         launched = pc.and_(

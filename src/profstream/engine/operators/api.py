@@ -460,9 +460,8 @@ class ApiEvents(Operator):
         items = self.names.names(item)
         name = pc.if_else(pa.array(level == COMMUNICATION_LEVEL), items, typed)
         # 0 and ids missing from hash_dic already print as their number
-        numbered = (level == MODEL_LEVEL) | (level == NODE_LEVEL) & pc.equal(typed, "step_info").to_numpy(
-            zero_copy_only=False
-        )
+        step_info = pc.equal(typed, "step_info").to_numpy(zero_copy_only=False)
+        numbered = (level == MODEL_LEVEL) | ((level == NODE_LEVEL) & step_info)
         item_text = items
         if numbered.any():
             decimals = pc.cast(pa.array(item[numbered]), pa.string())

@@ -214,16 +214,21 @@ def _ratio(total: int, denominator: int) -> float:
     return total * 100 / denominator if denominator > 0 else 0.0
 
 
+def _task_keys(batch: pa.RecordBatch) -> npt.NDArray[np.int64]:
+    """Each row's (stream, task, batch id) as one key (the host join's :func:`task_key`); a row
+    without ids (an op row of ``task_rows``) keys as stream -1, apart from every task."""
+    stream = batch.column("stream_id").fill_null(-1).to_numpy()
+    task = batch.column("task_id").fill_null(-1).to_numpy()
+    return task_key(stream, task, batch.column("batch_id").fill_null(0).to_numpy())
+
+
 def task_time_groups(batch: pa.RecordBatch) -> npt.NDArray[np.bool_]:
     """The rows msprof's Python task_time keeps of each (stream, task, batch id) group of ``batch``
     (``TaskOpViewer.operate_type``, msprof_outputs.md §4e): a lone row; none of a group holding an
     FFTS+ context (an id between 0 and NO_ID); the context-0 rows of a MIX group; every row of any
     other group (a static graph's repeats)."""
     context = batch.column("context_id").fill_null(NO_ID).to_numpy()
-    stream, task, flips = (
-        batch.column(name).fill_null(0).to_numpy() for name in ("stream_id", "task_id", "batch_id")
-    )
-    _, group, sizes = np.unique(task_key(stream, task, flips), return_inverse=True, return_counts=True)
+    _, group, sizes = np.unique(_task_keys(batch), return_inverse=True, return_counts=True)
 
     def any_in_group(rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         return np.asarray(np.bincount(group, weights=rows, minlength=len(sizes))[group] > 0, np.bool_)
@@ -246,11 +251,7 @@ def sub_task_parents(batch: pa.RecordBatch) -> pa.Array:
     sub = context != NO_ID
     if not sub.any():
         return pa.array(np.zeros(count, np.bool_))
-    key = (
-        batch.column("stream_id").fill_null(-1).to_numpy().astype(np.int64) << 40
-        | batch.column("task_id").fill_null(-1).to_numpy().astype(np.int64) << 20
-        | batch.column("batch_id").fill_null(0).to_numpy().astype(np.int64)
-    )
+    key = _task_keys(batch)
     start = batch.column("start_ns").fill_null(0).to_numpy()
     end = batch.column("end_ns").fill_null(0).to_numpy()
     candidates = np.flatnonzero(~sub & np.isin(key, key[sub]))
