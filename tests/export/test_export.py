@@ -239,6 +239,14 @@ def test_timeline_has_every_task_and_its_launch_flow(torch_run: Run) -> None:
     assert all(threads[e["pid"], e["tid"]].startswith("Group ") for e in at_ops)
     assert len(at_ops) == len(on_group) == ops.num_rows > 0
     assert len(flow_ends) - len(at_ops) == len(flowed) > 0
+    # torch_npu's kernels are those ends (as in the real traces, tests/golden/test_realdata.py): every
+    # torch_to_npu arrow ends on one, communication ops included, and no two arrows on the same event
+    torch_to_npu = [
+        (e["pid"], e["tid"], e["ts"]) for e in events if e["ph"] == "f" and e["cat"] == "async_npu"
+    ]
+    assert set(torch_to_npu) <= {(e["pid"], e["tid"], e["ts"]) for e in flow_ends}
+    assert len(set(torch_to_npu)) == len(torch_to_npu)
+    assert 0 < sum(1 for pid, _, _ in torch_to_npu if names[pid] == "Communication") <= len(at_ops)
     # each HCCL task: its size over its duration (no RDMA payloads here) and its op's model id
     on_planes = [e for e in comm if threads[e["pid"], e["tid"]].startswith("Plane ")]
     assert on_planes

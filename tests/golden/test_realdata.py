@@ -301,6 +301,25 @@ def test_op_statistic_totals_are_sums_of_trace_durations(run: Path) -> None:
             assert _r3(sum(values, Decimal(0)) / len(values)) == Decimal(row["Avg Time(us)"])
 
 
+def flow_ends(events: list[dict[str, object]], category: str) -> list[tuple[object, object, object]]:
+    """(pid, tid, ts) of the ``f`` events of one flow category of a trace."""
+    return [(e["pid"], e["tid"], e["ts"]) for e in events if e.get("ph") == "f" and e.get("cat") == category]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=_ids(RUNS))
+def test_torch_to_npu_flows_end_where_host_to_device_flows_end(run: Path) -> None:
+    """torch_npu takes an op's kernels from msprof's HostToDevice flow ends, so every ``async_npu``
+    arrow ends on one (the rule FrameworkOps follows, engine/operators/launches.py); here those ends
+    include the hcom ops on the HCCL layer's group thread."""
+    with (run / "ASCEND_PROFILER_OUTPUT/trace_view.json").open() as f:
+        events = json.load(f)
+    host_to_device = set(flow_ends(events, "HostToDevice"))
+    torch_to_npu = flow_ends(events, "async_npu")
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert torch_to_npu and set(torch_to_npu) <= host_to_device
+    assert any(names[pid] == "HCCL" for pid, _, _ in torch_to_npu)
+
+
 @pytest.mark.parametrize("run", RUNS, ids=_ids(RUNS))
 def test_kernel_wait_time_recomputed_to_within_one_ns(run: Path) -> None:
     """kernel_details.csv's Wait Time(us) by TaskWaitTime over its own rows, in two batches.

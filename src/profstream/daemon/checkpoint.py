@@ -63,9 +63,12 @@ class Gap(msgspec.Struct, frozen=True):
 #: (2: session 14's watermark promises and op-tree chain; 3: the L2Cache operator of a device with
 #: l2_cache.data, and the row-by-row operators' skipped count; 4: the HbmBandwidth operator of a device
 #: with hbm.data; 5: the settled-launch stores as held, text as codes; 6: Memory's name dictionary
-#: limit; operator states compressed; 7: Communication's ops keep their node API's thread), so that another
-#: version refuses a checkpoint instead of misreading it
-STATE_FORMAT = 7
+#: limit; operator states compressed; 7: Communication's ops keep their node API's thread; 8: FrameworkOps'
+#: kernels include communication ops, with their group, OperatorDetails holds ``comm`` batches, and
+#: Overlap keeps the first torch op's start; 9: the
+#: PythonTracer and GcRecords operators of a collection with torch.python_tracer_func / torch.gc_record), so
+#: that another version refuses a checkpoint instead of misreading it
+STATE_FORMAT = 9
 
 
 #: the codec of the operator states in the daemon's snapshots (Arrow's zstd): the state of a 1 GB

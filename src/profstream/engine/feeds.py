@@ -109,6 +109,7 @@ TIME_SPECS: dict[str, TimeSpec] = {
     "torch_gc_record": _spec(
         "end_ns", ("start_ns", "start_ns", "framework"), ("end_ns", "end_ns", "framework")
     ),
+    "torch_python_tracer_func": _spec("ts", ("ts", "ts", "framework")),
 }
 
 Converter = Callable[[np.ndarray[Any, Any]], np.ndarray[Any, np.dtype[np.int64]]]

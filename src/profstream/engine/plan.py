@@ -21,10 +21,12 @@ Graph, per device ``d`` (inputs present in the collection only):
     tasks@d, comm@d -> TaskRowMerge -> task_rows@d (op_summary's rows, for its output only)
     tasks@d -> OpStatistic; comm@d -> CommStatistic; comm@d, comm_tasks@d -> CommAnalysis ->
     comm_ops@d, comm_links@d
-and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@* ->
-FrameworkOps -> ops, flows (``tasks`` only where flows are wanted); ops, flows, tasks@* ->
-OperatorDetails -> operator_details;
-torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory.
+and once: api_event -> ApiEvents -> api -> ApiStatistic; torch_op_range/op_mark, tasks@*, comm@* ->
+FrameworkOps -> ops, flows (``tasks`` and ``comm`` only where flows are wanted); ops, flows, tasks@*,
+comm@* -> OperatorDetails -> operator_details;
+torch_memory_usage, ops, task_memory_info, npu_mem@* -> Memory;
+torch_python_tracer_func, ops (their threads), torch_python_tracer_hash (names) -> PythonTracer ->
+python_calls; torch_gc_record -> GcRecords -> gc.
 
 An export may run the first stage, task pairing, API events and step tags, in a process of its own
 (:meth:`Planner.front`), whose streams the rest of the pipeline reads as feeds.
@@ -39,10 +41,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from profstream.codecs._base import OnInvalid
+from profstream.codecs.framework import PYTHON_TRACER_FUNC
 from profstream.engine import discovery
-from profstream.engine.feeds import FeedSet, Follow
+from profstream.engine.feeds import FeedSet, Follow, converters
 from profstream.engine.operators import pmu
+from profstream.engine.operators._state import Columns, ints
 from profstream.engine.operators.aicore_freq import AicoreFreq, drawn
 from profstream.engine.operators.api import ApiEvents, Dictionaries
 from profstream.engine.operators.comm import Communication
@@ -55,6 +61,7 @@ from profstream.engine.operators.l2_cache import L2Cache
 from profstream.engine.operators.memory import Memory, NpuMemory
 from profstream.engine.operators.operator_details import OperatorDetails
 from profstream.engine.operators.overlap import Overlap, StepSource
+from profstream.engine.operators.python_tracer import PRELUDE_LIMIT, GcRecords, PythonTracer, prelude_length
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.steps import FrameworkSteps, Steps
 from profstream.engine.operators.task_rows import TaskRowMerge
@@ -84,7 +91,17 @@ DEVICE_TABLES = (
 #: per-device streams made for one output, not canonical tables: op_summary's merged rows
 OUTPUT_STREAMS = ("task_rows",)
 #: canonical tables of the host and framework side
-HOST_TABLES = ("api", "ops", "flows", "memory", "memory_record", "api_statistic", "operator_details")
+HOST_TABLES = (
+    "api",
+    "ops",
+    "flows",
+    "memory",
+    "memory_record",
+    "api_statistic",
+    "operator_details",
+    "python_calls",
+    "gc",
+)
 TABLE_NAMES = (*DEVICE_TABLES, *HOST_TABLES)
 
 #: device task logs and PMU families, in the order DeviceTasks reads them
@@ -95,7 +112,13 @@ _HBM = ("hbm", "hbm_v2")
 _HOST_FEEDS = ("api_event", "task_track", "hccl_info", "hccl_op_info", "task_memory_info")
 #: unaging (static) and aging (dynamic) node info, merged into one time order by the feed
 _STREAMED_NODE_INFO = ("node_basic_info", "tensor_info")
-_FRAMEWORK_FEEDS = ("torch_op_range", "torch_op_mark", "torch_memory_usage")
+_FRAMEWORK_FEEDS = (
+    "torch_op_range",
+    "torch_op_mark",
+    "torch_memory_usage",
+    "torch_python_tracer_func",
+    "torch_gc_record",
+)
 #: how long a torch op may last and still be nested in start order (FrameworkOps ``max_op_ns``):
 #: the framework reorder window, so the memory the op tree needs is bounded by this much of the run
 #: and not by the run's length. A longer op is emitted late and counted; a ProfilerStep longer than
@@ -145,6 +168,7 @@ class Planner:
             raise InputPathError(msg)
         self.devices = tuple(chosen)
         self._feeds = self._feed_specs()
+        self._tracer_inputs: tuple[dict[int, str], Columns | None, int] | None = None
         host = collection.host
         self.dictionaries = Dictionaries(
             hashes=self.feedset.table(host, "hash_dic"), types=self.feedset.table(host, "type_info_dic")
@@ -268,16 +292,22 @@ class Planner:
                 sample = data_dir.metadata.sample
                 ops.append(HbmBandwidth(d, "" if sample is None else sample.hbm_events))
         joined = [d for d in self.devices if any(at("tasks", d) in op.outputs for op in ops)]
+        communication = [d for d in joined if any(at("comm", d) in op.outputs for op in ops)]
         if framework:
             ops += [
                 FrameworkOps(
                     joined if npu_flows else [],
+                    communication=communication if npu_flows else [],
                     task_queue=self._has("torch_op_mark"),
                     max_op_ns=FRAMEWORK_REORDER_NS,
                 ),
-                FrameworkSteps(joined),
-                OperatorDetails(joined),
+                FrameworkSteps(joined, communication=communication),
+                OperatorDetails(joined, communication),
             ]
+        if framework and self._has("torch_python_tracer_func"):
+            ops.append(self._python_tracer())
+        if framework and self._has("torch_gc_record"):
+            ops.append(GcRecords())
         memory_inputs = {
             "pta": self._has("torch_memory_usage", "torch_op_range"),
             "ge": self._has("task_memory_info"),
@@ -292,6 +322,51 @@ class Planner:
                 )
             )
         return ops
+
+    def _python_tracer(self) -> PythonTracer:
+        """The Python tracer replay, with its names and the start frames at the end of its file
+        (:mod:`~profstream.engine.operators.python_tracer`); both read once per planner."""
+        if self._tracer_inputs is None:
+            table = self.feedset.table(self.collection.framework, "torch_python_tracer_hash")
+            names: dict[int, str] = {}
+            if table is not None:  # a key named twice takes its last name, as torch_npu's dict does
+                keys = ints(table.column("key_hash")).tolist()
+                values = table.column("value").fill_null("").to_pylist()
+                names = dict(zip(keys, values, strict=True))
+            self._tracer_inputs = (names, *self._python_prelude())
+        names, prelude, skip_from = self._tracer_inputs
+        return PythonTracer(names, prelude, skip_from)
+
+    def _python_prelude(self) -> tuple[Columns | None, int]:
+        """The start frames the tracer appends at stop (:func:`prelude_length`) and the feed record
+        index they begin at; (None, -1) when the file has none, or is still being written."""
+        framework = self.collection.framework
+        streams = self.feedset.streams(framework, "torch_python_tracer_func")
+        if framework is None or self.feedset.follow is not None or not streams:
+            return None, -1
+        dtype = PYTHON_TRACER_FUNC.dtype
+        paths = [f.path for stream in streams for f in stream.files]
+        sizes = [path.stat().st_size // dtype.itemsize for path in paths]
+        filled = [i for i, size in enumerate(sizes) if size]
+        if not filled or filled[-1] != len(paths) - 1:
+            return None, -1
+        first = np.fromfile(paths[filled[0]], dtype, 1)
+        count = min(sizes[-1], PRELUDE_LIMIT)
+        tail = np.fromfile(paths[-1], dtype, count, offset=(sizes[-1] - count) * dtype.itemsize)
+        times, tags = tail["ts"].astype(np.int64), tail["tag"].astype(np.int64)
+        length = prelude_length(times, tags, int(first["ts"][0]))
+        if not length:
+            return None, -1
+        rows = tail[count - length :]
+        to_ns = converters(self.feedset.clock(framework))["framework"]
+        prelude = {
+            "time": np.asarray(to_ns(rows["ts"]), np.int64),
+            "tid": rows["thread_id"].astype(np.uint64).view(np.int64),
+            "pid": rows["process_id"].astype(np.uint64).view(np.int64),
+            "key": rows["key_hash"].astype(np.uint64).view(np.int64),
+            "tag": rows["tag"].astype(np.int64),
+        }
+        return prelude, sum(sizes) - length
 
     def _step_source(self, device_id: int, framework: bool) -> StepSource | None:
         if framework:

@@ -150,8 +150,9 @@ TABLES: Mapping[str, pa.Schema] = {
         ("src_ns", I64),
         ("dst_device_id", I32),  # null when the destination is on the host
         ("dst_pid", I64),
-        ("dst_tid", I64),  # device tasks: stream id
+        ("dst_tid", I64),  # device tasks: stream id; null for a communication op
         ("dst_ns", I64),
+        ("dst_group", DICT),  # a communication op's group (its thread on the HCCL layer), else null
     ),
     # HCCL operators (Communication layer, communication_statistic, overlap)
     "comm": _schema(
@@ -366,6 +367,25 @@ TABLES: Mapping[str, pa.Schema] = {
         ("avg_ns", F64),
         ("max_ns", I64),
         ("ratio", F64),
+    ),
+    # torch_npu Python tracer calls replayed into spans (python_function events of trace_view.json)
+    "python_calls": _schema(
+        ("pid", I64),
+        ("tid", I64),
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("name", DICT),  # "file(line): function", a C function, or "nn.Module: <class>_<module id>"
+        ("kind", DICT),  # python, module, c
+        ("python_id", I64),  # position of the call among its thread's records (torch_npu's "Python id")
+        ("parent_id", I64),  # the enclosing call's python_id, 0 at the top
+        ("module_id", I64),  # modules: n-th instance of its class on the thread; else null
+    ),
+    # Python garbage collections (torch.gc_record; the "Python GC" process of trace_view.json)
+    "gc": _schema(
+        ("pid", I64),
+        ("tid", I64),  # the pid, as torch_npu's GCRecordBean gives it
+        ("start_ns", I64),
+        ("end_ns", I64),
     ),
 }
 

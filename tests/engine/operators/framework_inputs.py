@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from profstream.engine.runtime import Emit, Operator
-from profstream.engine.schema import conform, tasks_schema
+from profstream.engine.schema import TABLES, conform, tasks_schema
 
 PID = 100
 
@@ -56,8 +56,19 @@ def queue_event(queue: str, corr: int, tid: int, name: str, span: tuple[int, int
     return [(span[0], first, corr, tid, name), (span[1], first + 1, corr, tid, name)]
 
 
-def tasks(rows: Sequence[tuple[int, int, int, int | None]]) -> pa.RecordBatch:
-    """tasks rows: (device, stream, start, launch or None)."""
+#: (op name, GE task type, host task type) of the task kinds ``tasks`` builds
+TASK_KINDS = {
+    "compute": ("MatMul", "AI_CORE", "KERNEL_AICORE"),
+    "hccl": ("hcom_allReduce_", "HCCL", "NOTIFY_WAIT"),  # an HCCL task: its op's flow is elsewhere
+    "memcpy": (None, None, "MEMCPY_ASYNC"),
+    "unnamed": (None, None, "EVENT_RECORD"),
+}
+
+
+def tasks(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
+    """tasks rows: (device, stream, start, launch or None[, kind of TASK_KINDS, "compute" if left out]);
+    a launched task has a connection id, as the host join gives it."""
+    kinds = [TASK_KINDS[r[4] if len(r) > 4 else "compute"] for r in rows]
     return conform(
         tasks_schema(),
         {
@@ -67,6 +78,30 @@ def tasks(rows: Sequence[tuple[int, int, int, int | None]]) -> pa.RecordBatch:
             "start_ns": pa.array([r[2] for r in rows], pa.int64()),
             "end_ns": pa.array([r[2] + 5 for r in rows], pa.int64()),
             "launch_ns": pa.array([r[3] for r in rows], pa.int64()),
+            "connection_id": pa.array(
+                [None if r[3] is None else i + 1 for i, r in enumerate(rows)], pa.int64()
+            ),
+            "op_name": pa.array([k[0] for k in kinds], pa.string()),
+            "task_type": pa.array([k[1] for k in kinds], pa.string()),
+            "host_task_type": pa.array([k[2] for k in kinds], pa.string()),
+        },
+    )
+
+
+def comm_ops(rows: Sequence[tuple[int, str | None, int, int | None]]) -> pa.RecordBatch:
+    """comm rows: (device, group name, start, launch or None); each lasts 50 ns."""
+    return conform(
+        TABLES["comm"],
+        {
+            "device_id": pa.array([r[0] for r in rows], pa.int32()),
+            "op_name": pa.array([f"hcom_allReduce__{i}" for i in range(len(rows))], pa.string()),
+            "group_name": pa.array([r[1] for r in rows], pa.string()),
+            "start_ns": pa.array([r[2] for r in rows], pa.int64()),
+            "end_ns": pa.array([r[2] + 50 for r in rows], pa.int64()),
+            "launch_ns": pa.array([r[3] for r in rows], pa.int64()),
+            "connection_id": pa.array(
+                [None if r[3] is None else 100 + i for i, r in enumerate(rows)], pa.int64()
+            ),
         },
     )
 

@@ -27,6 +27,7 @@ from profstream.simulate import SimulationConfig, simulate
 from tests.engine.operators.framework_inputs import (
     PID,
     Step,
+    comm_ops,
     drive,
     drive_resumed,
     op_mark,
@@ -276,6 +277,30 @@ def test_async_npu_without_task_queue_links_the_deepest_op() -> None:
     assert brief(out["flows"], "kind", "src_ns", "dst_ns") == [("async_npu", 10, 500), ("async_npu", 0, 510)]
 
 
+def test_kernels_are_the_host_to_device_flow_ends() -> None:
+    """Kernels are where msprof's HostToDevice flows end: compute tasks, MEMCPY_ASYNC tasks and
+    communication ops (on their group thread), not HCCL tasks nor unnamed tasks of other types."""
+    op = FrameworkOps([0], communication=[0], task_queue=False)
+    assert op.inputs == (OPS, at("tasks", 0), at("comm", 0))
+    launches = [(0, 2, 500, 10, "compute"), (0, 3, 510, 20, "hccl"), (0, 2, 520, 30, "unnamed")]
+    launches += [(0, 2, 530, 40, "memcpy"), (0, 2, 540, None, "compute")]
+    steps: list[Step] = [
+        (OPS, op_range([("A", 0, 100)])),
+        (at("tasks", 0), tasks(launches)),
+        (at("comm", 0), comm_ops([(0, "group_a", 600, 50), (0, None, 700, 60), (0, "group_a", 800, None)])),
+    ]
+    with capture_logs() as logs:
+        out = drive(op, steps)
+    npu = brief(out["flows"], "kind", "src_ns", "dst_device_id", "dst_tid", "dst_ns", "dst_group")
+    assert sorted(npu, key=lambda f: f[4]) == [
+        ("async_npu", 0, 0, 2, 500, None),
+        ("async_npu", 0, 0, 2, 530, None),
+        ("async_npu", 0, 0, None, 600, "group_a"),
+        ("async_npu", 0, 0, None, 700, "N/A"),  # no group: the Communication layer's "N/A" thread
+    ]
+    assert unmatched(logs)["tasks_without_launch"] == 2
+
+
 def test_kernels_wait_for_the_ops_before_their_launch() -> None:
     """A kernel whose launch is past the horizon waits; its op comes later in another batch."""
     op = FrameworkOps([0], task_queue=False, max_op_ns=100)
@@ -419,12 +444,14 @@ def truth_tasks(collection: Any, fs: FeedSet, truth: Path) -> pa.Table:
         pa.schema([(k, pa.int64()) for k in key] + [("time_ns", pa.int64())])
     )
     device = pq.read_table(truth / "tasks.parquet")
-    device = device.select(["device_id", *key, "start_ns", "end_ns"])
+    texts = ("op_name", "task_type", "ge_task_type")
+    device = device.select(["device_id", *key, "start_ns", "end_ns", *texts])
     device = device.cast(
         pa.schema(
             [("device_id", pa.int32())]
             + [(k, pa.int64()) for k in key]
             + [("start_ns", pa.int64()), ("end_ns", pa.int64())]
+            + [(t, pa.string()) for t in texts]
         )
     )
     joined = device.join(track, key).sort_by("start_ns")
@@ -438,10 +465,17 @@ def test_simulated_run(simulated: tuple[Path, Path]) -> None:
     assert collection.framework is not None and collection.host is not None
     fs = FeedSet(collection)
     joined = truth_tasks(collection, fs, truth)
+    ge_type = joined.column("ge_task_type")
     task_batch = conform(
         tasks_schema(),
         {c: joined.column(c) for c in ("device_id", "stream_id", "task_id", "batch_id", "start_ns", "end_ns")}
-        | {"launch_ns": joined.column("time_ns")},
+        | {
+            "launch_ns": joined.column("time_ns"),
+            "connection_id": pa.array(np.arange(joined.num_rows) + 1),
+            "op_name": joined.column("op_name"),
+            "task_type": pc.if_else(pc.equal(ge_type, "-"), None, ge_type),
+            "host_task_type": joined.column("task_type"),
+        },
     )
     feeds = [
         fs.feed(collection.framework, OPS),
@@ -488,7 +522,10 @@ def test_simulated_run(simulated: tuple[Path, Path]) -> None:
     )
     owner = {r["correlation_id"]: by_id[r["parent_id"]] for r in rows if r["kind"] == "enqueue"}
     expected = []
-    for task in joined.to_pylist():
+    for task in joined.to_pylist():  # msprof's HostToDevice ends: compute ops (no HCCL task), MEMCPY_ASYNC
+        compute = task["op_name"] is not None and task["ge_task_type"] not in ("HCCL", "HCCL_AI_CPU")
+        if not (compute or task["task_type"] == "MEMCPY_ASYNC"):
+            continue
         inside = [c for s, e, c in dequeues if s <= task["time_ns"] <= e]
         if inside:
             expected.append((owner[inside[0]]["start_ns"], task["stream_id"], task["start_ns"]))

@@ -32,9 +32,12 @@ TASKS = [
     (0, 2, 700, 720, "AI_CORE"),
     (0, 2, 700, 720, "AI_CPU"),
     (0, 1, 5000, 5100, "AI_CORE"),  # never flowed
+    (0, 3, 650, 660, "HCCL"),  # an HCCL task: not a kernel (its communication op is)
 ]
-# (src op start, task index)
-FLOWS = [(20, 0), (10, 1), (600, 2), (600, 3)]
+# a communication op of device 0: (start, end)
+COMM_OP = (640, 690)
+# (src op start, task index, or None for the communication op)
+FLOWS: list[tuple[int, int | None]] = [(20, 0), (10, 1), (600, 2), (600, 3), (600, None)]
 
 
 def ops_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
@@ -66,6 +69,24 @@ def tasks_batch() -> pa.RecordBatch:
             "start_ns": pa.array(cols[2], pa.int64()),
             "end_ns": pa.array(cols[3], pa.int64()),
             "task_type": pa.array(cols[4], pa.string()),
+            "op_name": pa.array([f"op{i}" for i in range(len(TASKS))], pa.string()),
+            "connection_id": pa.array(range(len(TASKS)), pa.int64()),
+            "launch_ns": pa.array([start - 100 for start in cols[2]], pa.int64()),
+        },
+    )
+
+
+def comm_batch() -> pa.RecordBatch:
+    return conform(
+        TABLES["comm"],
+        {
+            "device_id": pa.array([0], pa.int32()),
+            "op_name": ["hcom_allReduce__1"],
+            "group_name": ["g"],
+            "start_ns": [COMM_OP[0]],
+            "end_ns": [COMM_OP[1]],
+            "connection_id": [99],
+            "launch_ns": [600],
         },
     )
 
@@ -80,15 +101,17 @@ def flows_batch() -> pa.RecordBatch:
             "src_pid": [7] * n,
             "src_tid": [8] * n,
             "src_ns": [s for s, _ in FLOWS],
-            "dst_device_id": pa.array([TASKS[t][0] for _, t in FLOWS], pa.int32()),
-            "dst_tid": [TASKS[t][1] for _, t in FLOWS],
-            "dst_ns": [TASKS[t][2] for _, t in FLOWS],
+            "dst_device_id": pa.array([0] * n, pa.int32()),
+            "dst_tid": pa.array([None if t is None else TASKS[t][1] for _, t in FLOWS], pa.int64()),
+            "dst_ns": [COMM_OP[0] if t is None else TASKS[t][2] for _, t in FLOWS],
+            "dst_group": pa.array(["g" if t is None else None for _, t in FLOWS], pa.string()),
         },
     )
 
 
 STEPS: list[Step] = [
     ("tasks@0", tasks_batch(), 0),
+    ("comm@0", comm_batch(), 0),
     ("ops", ops_batch(OPS), 0),
     ("flows", flows_batch(), 500),
     ("flows", None, 1001),
@@ -97,7 +120,9 @@ STEPS: list[Step] = [
 
 
 def test_hand_built_tree() -> None:
-    out = drive(OperatorDetails([0]), STEPS)
+    op = OperatorDetails([0], communication=[0])
+    out = drive(op, STEPS)
+    assert op._counts["tasks_without_flow"] == 1  # the unflowed AI_CORE task; the HCCL task is no kernel
     got = table(out)
     assert got is not None
     rows = {r["name"]: r for r in got.to_pylist()}
@@ -107,14 +132,15 @@ def test_hand_built_tree() -> None:
     assert (a["device_self_ns"], a["device_total_ns"]) == (30, 80)
     assert (a["device_self_aicore_ns"], a["device_total_aicore_ns"]) == (0, 50)
     assert (b["device_self_ns"], b["device_total_ns"], b["device_total_aicore_ns"]) == (50, 50, 50)
-    assert (c["device_self_ns"], c["device_self_aicore_ns"]) == (40, 20)  # both tasks of one key
+    # both tasks of one key, and the communication op once with its own duration
+    assert (c["device_self_ns"], c["device_self_aicore_ns"]) == (40 + 50, 20)
     assert (d["device_total_ns"], d["host_self_ns"]) == (0, 100)
     assert {r["device_id"] for r in rows.values()} == {0}
     assert a["input_shapes"] == "1,2"
 
 
 def test_subtree_waits_for_its_root_to_end() -> None:
-    op = OperatorDetails([0])
+    op = OperatorDetails([0], [0])
     assert drive(op, STEPS[:3], finish=False) == []  # the step root ends at 1000
     first = table(op.advance(1001))
     assert first is not None
@@ -124,19 +150,19 @@ def test_subtree_waits_for_its_root_to_end() -> None:
 
 
 def test_unmatched_flows_and_late_ops_are_counted() -> None:
-    op = OperatorDetails([0])
+    op = OperatorDetails([0], [0])
     late = ops_batch([(9, 0, "cpu_op", "late", 300, 310)])
     drive(op, [*STEPS, ("ops", late, DONE)])
     assert op._counts["late_ops"] == 1
     stray = flows_batch().slice(0, 1)
-    op = OperatorDetails([0])
+    op = OperatorDetails([0], [0])
     drive(op, [("flows", stray, 10)])
     assert op._counts["flows_without_task"] == 1
 
 
 def test_snapshot_round_trip() -> None:
     for cut in range(len(STEPS) + 1):
-        check_snapshot(lambda: OperatorDetails([0]), STEPS, cut)
+        check_snapshot(lambda: OperatorDetails([0], [0]), STEPS, cut)
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +178,9 @@ def test_simulated_totals_match_the_flows(simulated: Path) -> None:
     flows = [f for f in handle.table("flows").read_all().to_pylist() if f["kind"] == "async_npu"]
     tasks = handle.table("tasks").read_all().to_pylist()
     details = {r["op_id"]: r for r in handle.table("operator_details").read_all().to_pylist()}
+    comm = handle.table("comm").read_all().to_pylist()
     kernels = {(t["device_id"], t["stream_id"], t["start_ns"]): t for t in tasks}
+    kernels |= {(c["device_id"], None, c["start_ns"]): c for c in comm}  # a communication op: no stream
     by_source = {(o["pid"], o["tid"], o["start_ns"]): o["op_id"] for o in ops}  # later (deeper) wins
     own: dict[int, int] = defaultdict(int)
     for flow in flows:
@@ -181,3 +209,9 @@ def test_simulated_totals_match_the_flows(simulated: Path) -> None:
     roots = [o for o in ops if o["parent_id"] is None and "ProfilerStep#" not in o["name"]]
     assert all(details[r["op_id"]]["device_total_ns"] == subtree(r["op_id"]) for r in roots)
     assert sum(own.values()) > 0
+    # the kernels are msprof's HostToDevice flow ends: no HCCL task but its MEMCPY_ASYNC ones, and
+    # communication ops (once each)
+    targets = [kernels[f["dst_device_id"], f["dst_tid"], f["dst_ns"]] for f in flows]
+    hccl = [t for t in targets if t.get("task_type") in ("HCCL", "HCCL_AI_CPU")]
+    assert hccl and all(t["host_task_type"] == "MEMCPY_ASYNC" for t in hccl)
+    assert 0 < sum(1 for f in flows if f["dst_tid"] is None) <= len(comm)

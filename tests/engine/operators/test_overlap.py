@@ -85,6 +85,19 @@ def framework_steps(rows: Sequence[tuple[int, int, int, int | None]]) -> pa.Reco
     )
 
 
+def torch_ops(rows: Sequence[tuple[str, int]]) -> pa.RecordBatch:
+    """``ops`` rows (name, start): torch ops, and an enqueue for the name ``Enqueue``."""
+    return conform(
+        TABLES["ops"],
+        {
+            "kind": pa.array(["enqueue" if n == "Enqueue" else "cpu_op" for n, _ in rows], pa.string()),
+            "name": pa.array([n for n, _ in rows], pa.string()),
+            "start_ns": pa.array([t for _, t in rows], pa.int64()),
+            "end_ns": pa.array([t + 1 for _, t in rows], pa.int64()),
+        },
+    )
+
+
 def drive(op: Overlap, pushes: Iterable[tuple[str, pa.RecordBatch, int]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in op.outputs}
 
@@ -255,6 +268,7 @@ def workloads(draw: st.DrawFn) -> dict[str, Any]:
         "comm": [(s, e, draw(st.sampled_from(["hcom_allReduce_", "hcom_receive_"]))) for s, e in spans(10)],
         "other": spans(4),
         "steps": steps,
+        "first_op": draw(st.one_of(st.none(), st.integers(-20, 250))),  # the earliest torch op's start
         "cuts": sorted(draw(st.lists(st.integers(0, 40), max_size=5))),
         "snapshot_at": draw(st.integers(0, 6)),
     }
@@ -279,6 +293,10 @@ def pushes_of(work: dict[str, Any], *, with_steps: bool) -> list[tuple[str, pa.R
         out.append((COMM, comm([(s, e, name) for s, e, k, name in part if k == "m"]), mark))
         previous = mark
     if with_steps:
+        if work.get("first_op") is not None:  # the ops come before the steps (steps_first moves these)
+            first = work["first_op"]
+            ops = torch_ops([("aten::add", first + 5), ("Enqueue", first - 1), ("aten::mm", first)])
+            out.append(("ops", ops, DONE))
         out.append((FSTEPS, framework_steps(work["steps"]), DONE))
     return out
 
@@ -307,8 +325,9 @@ def reference_step_time(work: dict[str, Any], got_lanes: dict[str, list[Span]]) 
     events = [(lane, s, e) for lane, spans in got_lanes.items() for s, e in spans]
     events += [("bubble", s, e) for s, e, name in work["comm"] if name.startswith("hcom_receive")]
     steps = sorted(work["steps"], key=lambda r: r[1])
-    if not steps:  # no step range: one step-less bucket holds everything
-        steps = [(None, -(2**62), 2**62, None)]
+    if not steps:  # no step range: one step-less bucket holds everything, prepared since the first op
+        first_op = work.get("first_op")
+        steps = [(None, -(2**62), 2**62, "first task" if first_op is None else first_op)]
     acc: dict[int | None, dict[str, Any]] = {}
     for lane, s, e in events:
         key = next((k for k, ss, se, _ in steps if ss <= s < se), -1)
@@ -323,7 +342,8 @@ def reference_step_time(work: dict[str, Any], got_lanes: dict[str, list[Span]]) 
     rows = []
     for key, a in sorted(acc.items(), key=lambda item: item[0] or 0):
         cno = a["Communication(Not Overlapped)"]
-        preparing = None if a["task"] is None or host[key] is None else a["task"] - host[key]
+        start = a["task"] if host[key] == "first task" else host[key]  # no torch op: torch_npu's 0
+        preparing = None if a["task"] is None or start is None else a["task"] - start
         rows.append(
             (
                 key,

@@ -25,7 +25,7 @@ from structlog.testing import capture_logs
 
 from profstream.engine.operators.steps import FRAMEWORK_STEPS, FrameworkSteps, Steps
 from profstream.engine.runtime import DONE, START, Operator, Pipeline, at
-from profstream.engine.schema import TABLES
+from profstream.engine.schema import TABLES, conform
 from tests.engine.operators.truth_inputs import (
     comm_ops,
     launched_tasks,
@@ -500,13 +500,18 @@ def ops_batch(rows: Sequence[tuple[str, int | None, int, int]]) -> pa.RecordBatc
 
 
 def tasks_batch(rows: Sequence[tuple[int | None, int, int]]) -> pa.RecordBatch:
+    """Compute tasks (launch, start, end), each with its op name and connection id."""
     launch, start, end = zip(*rows, strict=True)
-    return pa.record_batch(
+    return conform(
+        TABLES["tasks"],
         {
             "launch_ns": pa.array(launch, pa.int64()),
             "start_ns": pa.array(start, pa.int64()),
             "end_ns": pa.array(end, pa.int64()),
-        }
+            "op_name": pa.array(["MatMul"] * len(rows), pa.string()),
+            "task_type": pa.array(["AI_CORE"] * len(rows), pa.string()),
+            "connection_id": pa.array(range(len(rows)), pa.int64()),
+        },
     )
 
 
@@ -557,6 +562,36 @@ def test_framework_steps_take_the_first_and_last_launch_inside_the_host_step() -
     reasons = {e.get("reason"): e.get("count") for e in logs}
     assert reasons["task without a launch time"] == 1
     assert reasons["ProfilerStep without a kernel launched inside"] == 1
+
+
+def test_framework_steps_count_the_kernels_torch_npu_counts() -> None:
+    """torch_npu's kernels are msprof's HostToDevice flow ends: an HCCL task is none (its
+    communication op is one, with the op's own span), and neither is an unnamed event task."""
+    op = FrameworkSteps([0], communication=[0])
+    assert op.inputs == ("ops", at("tasks", 0), at("comm", 0))
+    hccl, unnamed = tasks_batch([(105, 110, 500)]), tasks_batch([(106, 120, 600)])
+    hccl = hccl.set_column(hccl.schema.get_field_index("task_type"), "task_type", pa.array(["HCCL"]))
+    unnamed = unnamed.set_column(
+        unnamed.schema.get_field_index("op_name"), "op_name", pa.nulls(1, pa.string())
+    )
+    comm = conform(
+        TABLES["comm"],
+        {
+            "device_id": pa.array([0], pa.int32()),
+            "start_ns": [300],
+            "end_ns": [400],
+            "launch_ns": [190],
+            "connection_id": [9],
+        },
+    )
+    pushes = [
+        ("ops", ops_batch([("ProfilerStep#1", None, 100, 200)]), 0),
+        (at("tasks", 0), hccl, 0),
+        (at("tasks", 0), unnamed, 0),
+        (at("tasks", 0), tasks_batch([(150, 160, 170)]), 0),
+        (at("comm", 0), comm, 0),
+    ]
+    assert _framework_rows(drive_all(op, pushes)) == [(0, "framework", 1, 160, 400, 100, 200)]
 
 
 def drive_all(op: Operator, pushes: Iterable[tuple[str, pa.RecordBatch, int]]) -> list[dict[str, Any]]:

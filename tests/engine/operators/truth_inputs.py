@@ -125,12 +125,15 @@ def profiler_steps(sim: Simulated) -> pa.RecordBatch:
 
 
 def launched_tasks(sim: Simulated) -> pa.RecordBatch:
-    """Truth tasks with ``launch_ns`` = the time of their host ``task_track`` record."""
+    """Truth tasks with ``launch_ns`` = the time of their host ``task_track`` record, a connection id,
+    and the truth's op name and task types, as the host join gives them."""
     track = FeedSet(sim.collection).table(sim.collection.host, "task_track")
     assert track is not None
     keys = ["stream_id", "task_id", "batch_id"]
     launches = track.select([*keys, "time_ns"]).rename_columns([*keys, "launch_ns"])
-    joined = sim.tasks.select([*keys, "start_ns", "end_ns", "iteration"]).join(launches, keys)
+    texts = ["op_name", "task_type", "ge_task_type"]
+    joined = sim.tasks.select([*keys, "start_ns", "end_ns", "iteration", *texts]).join(launches, keys)
+    ge_type = joined["ge_task_type"].cast(pa.string())
     return conform(
         TABLES["tasks"],
         {
@@ -138,5 +141,9 @@ def launched_tasks(sim: Simulated) -> pa.RecordBatch:
             "start_ns": joined["start_ns"],
             "end_ns": joined["end_ns"],
             "launch_ns": joined["launch_ns"],
+            "connection_id": pa.array(np.arange(joined.num_rows) + 1),
+            "op_name": joined["op_name"],
+            "task_type": pc.if_else(pc.equal(ge_type, "-"), None, ge_type),
+            "host_task_type": joined["task_type"],
         },
     )

@@ -26,9 +26,9 @@ and its planes ``100 * k + plane + 1`` (msprof numbers them consecutively after 
 which a stream does not know in advance; viewers only show the names). The Step Trace layer
 draws the iteration, FP_BP, Iteration Refresh and Reduce slices, and the Data_aug Bound flow pair where
 msprof's Python draws it (§3.6). HostToDevice flows start at the launching API on the CANN layer and end
-where msprof's C++ ends them: on a task with an op name (not an HCCL task), on every MEMCPY_ASYNC task, and
-on each communication op at its start on its group thread (the node API that launched it). Flows to ACL
-record/wait-event tasks are not drawn: the tasks table does not say which API launched a task.
+where msprof's C++ ends them (:mod:`~profstream.engine.operators.launches`): on a task with an op name
+(not an HCCL task), on every MEMCPY_ASYNC task, and on each communication op at its start on its group
+thread. torch_npu's ``async_npu`` flows end on the same events.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from profstream.engine.layouts._outputs import (
     after_collection_start,
     split_by,
 )
+from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents
 from profstream.sinks.chrome_trace import Events
@@ -84,8 +85,6 @@ def text(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
 
 
-#: GE task types of HCCL tasks, whose flows end on their op instead (msprof's hccl assembler)
-HCCL_TASK_TYPES = pa.array(["HCCL", "HCCL_AI_CPU"])
 #: host task types msprof replaces by the device task type (``TaskTimeViewer.get_task_type``)
 DEVICE_TYPED_HOSTS = pa.array(["FFTS_PLUS", "UNKNOWN"])
 
@@ -183,19 +182,7 @@ class AscendHardware(_Layer):
                 "connection_id": rows.column("connection_id"),
             },
         )
-        # msprof's flow ends on this layer: a task with an op name from its compute-task info (HCCL
-        # tasks have none: their op's flow ends on the Communication layer), and every MEMCPY_ASYNC task
-        # (AscendHardwareAssembler::GenerateTaskConnectionTrace, GenerateMemcpyAsyncConnectionTrace)
-        compute = pc.and_kleene(
-            pc.is_valid(op_name),
-            pc.invert(pc.is_in(task_type, value_set=HCCL_TASK_TYPES)),
-        )
-        memcpy = pc.equal(text(rows.column("host_task_type")), "MEMCPY_ASYNC")
-        launched = pc.and_(
-            pc.and_(pc.is_valid(rows.column("connection_id")), pc.is_valid(rows.column("launch_ns"))),
-            pc.fill_null(pc.or_kleene(compute, memcpy), False),
-        )
-        flows = rows.filter(launched)
+        flows = rows.filter(task_flow_ends(rows))
         yield from host_to_device(self.context, flows, pid, flows.column("stream_id"))
 
 
@@ -254,7 +241,7 @@ def _level_names(level: pa.Array) -> pa.Array:
     return pc.take(pa.array(list(LEVEL_NAMES.values())), index)
 
 
-class _Groups:
+class Groups:
     """The thread of each Communication group per device (module docstring)."""
 
     def __init__(self) -> None:
@@ -277,7 +264,7 @@ class Communication(_Layer):
     table = "comm"
     span = ("start_ns", "end_ns")
 
-    def __init__(self, context: Context, processes: Processes, groups: _Groups) -> None:
+    def __init__(self, context: Context, processes: Processes, groups: Groups) -> None:
         super().__init__(context, processes)
         self.groups = groups
 
@@ -302,7 +289,7 @@ class Communication(_Layer):
     def flows(self, rows: pa.RecordBatch, pid: int, tids: np.ndarray) -> Iterator[Events]:
         """Each op's HostToDevice flow, ending at its start on its group thread (msprof's hccl
         assembler): from the node API that launched it."""
-        launched = pc.and_(pc.is_valid(rows.column("connection_id")), pc.is_valid(rows.column("launch_ns")))
+        launched = op_flow_ends(rows)
         mask = launched.to_numpy(zero_copy_only=False)
         yield from host_to_device(self.context, rows.filter(launched), pid, tids[mask])
 
@@ -620,9 +607,10 @@ class Hbm(_Layer):
             )
 
 
-def cann_layers(context: Context, processes: Processes) -> list[EventBuilder]:
-    """Every layer of msprof's timeline that profstream draws."""
-    groups = _Groups()
+def cann_layers(context: Context, processes: Processes, groups: Groups | None = None) -> list[EventBuilder]:
+    """Every layer of msprof's timeline that profstream draws; ``groups`` numbers the Communication
+    group threads (shared with :class:`TorchFlows`, whose flows may end on them)."""
+    groups = Groups() if groups is None else groups
     return [
         AscendHardware(context, processes),
         Cann(context, processes),
@@ -696,9 +684,15 @@ class TorchOps(_Layer):
 
 
 class TorchFlows(_Layer):
-    """Framework flows: task queue, forward-backward and torch op to NPU kernel (§3.1)."""
+    """Framework flows: task queue, forward-backward and torch op to NPU kernel (§3.1). A kernel is a
+    task, on its stream of Ascend Hardware, or a communication op (no ``dst_tid``), on its group's
+    thread of the Communication layer as the shared ``groups`` number them."""
 
     table = "flows"
+
+    def __init__(self, context: Context, processes: Processes, groups: Groups) -> None:
+        super().__init__(context, processes)
+        self.groups = groups
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         kind = text(batch.column("kind"))
@@ -715,22 +709,98 @@ class TorchFlows(_Layer):
                 rows.column("flow_id"),
                 bound_start=True,  # torch_npu's TraceEventManager puts "bp":"e" on both ends
             )
-            on_device = rows.column("dst_device_id")
+            device = pc.cast(rows.column("dst_device_id"), pa.int64())
+            on_op = pc.and_(pc.is_valid(device), pc.is_null(rows.column("dst_tid")))
+            layer = pc.if_else(on_op, COMMUNICATION_SORT, HARDWARE_SORT)
             device_pid = pc.bit_wise_or(
-                pc.cast(on_device, pa.int64()),
-                format_pid(self.context.process_id, HARDWARE_SORT, 0),
+                pc.bit_wise_or(device, pc.shift_left(layer, 5)), self.context.process_id << 10
             )
             yield FlowEvents(
                 "f",
                 name,
                 pc.coalesce(device_pid, rows.column("dst_pid")),
-                rows.column("dst_tid"),
+                self._threads(rows, device, on_op),
                 local(self.context, rows.column("dst_ns")),
                 category,
                 rows.column("flow_id"),
             )
 
+    def _threads(self, rows: pa.RecordBatch, device: pa.Array, on_op: pa.Array) -> pa.Array:
+        """``dst_tid``, or a communication op's group thread."""
+        tid = rows.column("dst_tid")
+        mask = on_op.to_numpy(zero_copy_only=False)
+        if not mask.any():
+            return tid
+        out = tid.fill_null(0).to_numpy(zero_copy_only=False).copy()
+        devices = device.fill_null(-1).to_numpy(zero_copy_only=False)
+        for d in np.unique(devices[mask]).tolist():
+            mine = mask & (devices == d)
+            out[mine] = self.groups.tids(d, rows.column("dst_group").filter(pa.array(mine)))
+        return pa.array(out)
 
-def framework_layers(context: Context, processes: Processes) -> list[EventBuilder]:
-    """The framework side of torch_npu's trace_view.json."""
-    return [TorchOps(context, processes), TorchFlows(context, processes)]
+
+#: torch_npu's sort index of the "Python GC" process (``TraceEventManager.GC_SORT_INDEX``)
+GC_SORT = 1
+
+
+class PythonFunctions(_Layer):
+    """Python tracer calls: ``X`` events of cat ``python_function`` on the tracer's pid and tid, args
+    ``Python id``, ``Python parent id`` and, for ``nn.Module`` calls, ``Python module id``
+    (``PythonTraceParser.get_python_trace_data``, ``PyTraceEvent.args``). No metadata of their own:
+    their threads are those of the torch ops, which :class:`TorchOps` describes."""
+
+    table = "python_calls"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        yield CompleteEvents(
+            name=batch.column("name"),
+            pid=batch.column("pid"),
+            tid=batch.column("tid"),
+            ts_ns=local(self.context, batch.column("start_ns")),
+            dur_ns=duration(batch),
+            cat="python_function",
+            args={
+                "Python id": batch.column("python_id"),
+                "Python parent id": batch.column("parent_id"),
+                "Python module id": batch.column("module_id"),
+            },
+        )
+
+
+class PythonGc(_Layer):
+    """Python garbage collections: process "Python GC" (labels CPU, sort index 1) with one thread, the
+    profiled pid, named "Python GC" and sorted by its tid; ``X`` events ``GC`` of cat ``GC``, empty args
+    (``FwkFileParser.get_gc_record_trace_data``, ``TraceEventManager.create_gc_m_event``). The pid is
+    ``(pid << 10) | (1 << 5) | device``, the device of the collection's first ``device_N`` dir, -1 without
+    one (``ProfilerPathManager.get_device_id``; Python's ``|`` with -1 then gives -1, kept)."""
+
+    table = "gc"
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        device = min(self.context.devices, default=-1)
+        raw = batch.column("pid")
+        for process_id in pc.unique(raw).to_pylist():
+            rows = batch.filter(pc.equal(raw, process_id)) if len(pc.unique(raw)) > 1 else batch
+            pid = format_pid(process_id, GC_SORT, device)
+            yield from self.processes.process(pid, "Python GC", "CPU", GC_SORT)
+            tids = pc.unique(rows.column("tid")).to_pylist()
+            yield from self.processes.threads(pid, tids, lambda _: "Python GC", int)
+            yield CompleteEvents(
+                name="GC",
+                pid=pid,
+                tid=rows.column("tid"),
+                ts_ns=local(self.context, rows.column("start_ns")),
+                dur_ns=duration(rows),
+                cat="GC",
+                args={},
+            )
+
+
+def framework_layers(context: Context, processes: Processes, groups: Groups) -> list[EventBuilder]:
+    """The framework side of torch_npu's trace_view.json (``groups``: as :func:`cann_layers`')."""
+    return [
+        TorchOps(context, processes),
+        TorchFlows(context, processes, groups),
+        PythonFunctions(context, processes),
+        PythonGc(context, processes),
+    ]

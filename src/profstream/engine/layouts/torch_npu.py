@@ -62,6 +62,7 @@ from profstream.engine.layouts.msprof import (
 )
 from profstream.engine.layouts.timeline import (
     Cann,
+    Groups,
     cann_layers,
     framework_layers,
     map_text,
@@ -433,14 +434,16 @@ def timeline_outputs(
     At Level0 torch_npu prunes the host API events (``LEVEL_TRACE_PRUNE_CONFIG``: names starting with
     CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is the whole CANN layer.
     """
-    processes = Processes()
+    processes, groups = Processes(), Groups()
     cann = Collected.of(framework, l2_data=context.l2_cache).cann_layer
-    layers = [layer for layer in cann_layers(context, processes) if cann or not isinstance(layer, Cann)]
+    layers = [
+        layer for layer in cann_layers(context, processes, groups) if cann or not isinstance(layer, Cann)
+    ]
     return [
         TimelineOutput(
             context.out_dir,
             lambda index, count: "trace_view.json" if count == 1 else f"trace_view_{index}.json",
-            [*framework_layers(context, processes), *layers],
+            [*framework_layers(context, processes, groups), *layers],
             limits,
         )
     ]

@@ -83,10 +83,10 @@ from profstream.engine.operators.api import (
     thawed,
 )
 from profstream.engine.operators.host_join import API_STATE, ApiTree, launched_on, task_key
+from profstream.engine.operators.launches import HCCL_TASK_TYPES
 from profstream.engine.operators.settled import SettledLaunches
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 
-HCCL_TASK_TYPES = ("HCCL", "HCCL_AI_CPU")
 NO_NOTIFY = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 AICPU_KERNEL = "AicpuKernel"
 NA = "N/A"  # what msprof puts where an op has no group name

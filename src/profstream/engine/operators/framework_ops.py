@@ -25,8 +25,13 @@ Rules (specs/framework_outputs.md; torch_npu ``prof_parse/_fwk_file_parser.py``,
 * **Flows** (§3.1): ``async_task_queue`` from each enqueue to the dequeue with its correlation id
   (id = correlation id); ``fwdbwd`` per sequence number from the latest forward op (``Fwd thread
   id`` 0) to the latest backward op, only when their threads differ (id = sequence number);
-  ``async_npu`` from a torch op to each NPU kernel it launched (id = a running counter, as the
-  torch_npu version read does; master used the kernel start in ns, which collides). With the task
+  ``async_npu`` from a torch op to each NPU kernel it launched (id = a running counter, as torch_npu's
+  current ``TraceEventManager`` numbers them; its versions of early 2025, which wrote the real traces in
+  shared/realdata, used the kernel's start in ns, which collides). A kernel is what torch_npu takes
+  from msprof's HostToDevice flow ends (:mod:`~profstream.engine.operators.launches`): a device task
+  with a compute op name that is not an HCCL task, a MEMCPY_ASYNC task, or a communication op (from
+  ``comm@<d>``, its flow ending at the op's start on its group's thread: ``dst_tid`` null,
+  ``dst_group`` the group). With the task
   queue, a kernel's launch (``tasks.launch_ns``) is assigned to the dequeue window around it —
   the first dequeue, in start order, that ends at or after the launch, if it started at or before
   it (torch_npu's forward-only cursor; threads are not compared) — and the torch op the enqueue of
@@ -91,6 +96,8 @@ from profstream.engine.operators._state import (
     take,
     unpack_keyed,
 )
+from profstream.engine.operators.comm import NA
+from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -130,7 +137,7 @@ _PENDING = pa.schema(
 _ENQ = ("corr", "pid", "tid", "start", "op_pid", "op_tid", "op_start", "flowed")
 _DEQ = ("corr", "pid", "tid", "start", "end", "flowed")
 _LIVE = ("id", "pid", "tid", "start", "end")
-_TASKS = ("device_id", "stream_id", "start", "launch")
+_TASKS = ("device_id", "stream_id", "start", "launch", "group")
 _FWD = ("seq", "fwd_pid", "fwd_tid", "fwd_ts", "bwd_pid", "bwd_tid", "bwd_ts")
 _COUNTERS = (
     "late_ops",
@@ -151,18 +158,22 @@ def _texts(batch: pa.RecordBatch, name: str) -> pa.Array:
     return batch.column(index).cast(pa.string())
 
 
-def _stack_flows(parts: list[Columns]) -> pa.RecordBatch:
-    """One ``flows`` batch from the flow columns of each kind."""
+def _stack_flows(parts: list[Columns], groups: Sequence[str]) -> pa.RecordBatch:
+    """One ``flows`` batch from the flow columns of each kind; ``dst_group`` codes index ``groups``."""
     joined = parts[0]
     for part in parts[1:]:
         joined = concat(joined, part)
-    kind = joined.pop("kind")
+    kind, group = joined.pop("kind"), joined.pop("dst_group")
     return conform(
         TABLES["flows"],
         {
             "kind": pa.DictionaryArray.from_arrays(kind.astype(np.int32), pa.array(FLOW_KINDS)),
             "dst_device_id": nullable(joined.pop("dst_device_id")),
             "dst_pid": nullable(joined.pop("dst_pid")),
+            "dst_tid": nullable(joined.pop("dst_tid")),
+            "dst_group": pa.DictionaryArray.from_arrays(
+                pa.array(group.astype(np.int32), mask=group == NULL), pa.array(groups, pa.string())
+            ),
             **joined,
         },
     )
@@ -177,9 +188,10 @@ def _upsert(table: Columns, new: Columns) -> Columns:
 
 
 class FrameworkOps(Operator):
-    """``torch_op_range`` (+ ``torch_op_mark``, ``tasks@<d>``) -> ``ops`` and ``flows``.
+    """``torch_op_range`` (+ ``torch_op_mark``, ``tasks@<d>``, ``comm@<d>``) -> ``ops`` and ``flows``.
 
-    ``devices``: the device ids whose ``tasks`` give ``async_npu`` flows; ``task_queue``: whether the
+    ``devices``: the device ids whose ``tasks`` give ``async_npu`` flows, ``communication`` those whose
+    communication ops (``comm``) do too; ``task_queue``: whether the
     collection has op_mark data (torch_npu's switch between the two ``async_npu`` rules; without it
     the ``torch_op_mark`` input is not read); ``max_op_ns``: the reorder bound (module docstring).
     """
@@ -188,6 +200,7 @@ class FrameworkOps(Operator):
         self,
         devices: Sequence[int] = (),
         *,
+        communication: Sequence[int] = (),
         task_queue: bool = True,
         max_op_ns: int = DEFAULT_MAX_OP_NS,
     ) -> None:
@@ -198,8 +211,9 @@ class FrameworkOps(Operator):
         self.task_queue = task_queue
         self.max_op_ns = max_op_ns
         self._tasks_streams = {at("tasks", d): d for d in self.devices}
+        self._comm_streams = {at("comm", d): d for d in communication}
         marks = ("torch_op_mark",) if task_queue else ()
-        self.inputs = ("torch_op_range", *marks, *self._tasks_streams)
+        self.inputs = ("torch_op_range", *marks, *self._tasks_streams, *self._comm_streams)
         self.outputs = ("ops", "flows")
         self._log = events.get_logger(component="framework_ops")
         self._reset()
@@ -209,6 +223,7 @@ class FrameworkOps(Operator):
         self._pending_min = DONE  # earliest start in the window
         self._arrivals = 0
         self._names: dict[str, int] = {}
+        self._groups: dict[str, int] = {}  # communication group names of flow destinations
         self._marks = pairing.pair_state(3)
         self._marks_seen = 0
         self._stack = Stack.empty()
@@ -237,7 +252,9 @@ class FrameworkOps(Operator):
         elif stream == "torch_op_mark":
             self._add_marks(batch)
         elif stream in self._tasks_streams:
-            self._add_tasks(batch)
+            self._add_kernels(batch, task_flow_ends(batch))
+        elif stream in self._comm_streams:
+            self._add_kernels(batch, op_flow_ends(batch))
         else:
             raise self.unknown_input(stream)
 
@@ -362,15 +379,23 @@ class FrameworkOps(Operator):
         }
         self._deq = _upsert(self._deq, new)
 
-    def _add_tasks(self, batch: pa.RecordBatch) -> None:
-        launch = ints(batch.column("launch_ns"))
-        known = launch != NULL
-        self._counts["tasks_without_launch"] += int((~known).sum())
+    def _add_kernels(self, batch: pa.RecordBatch, kernels: pa.Array) -> None:
+        """The rows of a ``tasks`` or ``comm`` batch that are kernels (``kernels``, a mask)."""
+        self._counts["tasks_without_launch"] += batch.column("launch_ns").null_count
+        rows = batch.filter(kernels)
+        n = rows.num_rows
+        if "group_name" in rows.schema.names:  # communication ops: no stream, a group thread
+            names = rows.column("group_name").cast(pa.string()).fill_null(NA).to_pylist()
+            stream = np.full(n, NULL, np.int64)
+            group = np.array([self._groups.setdefault(g, len(self._groups)) for g in names], np.int64)
+        else:
+            stream, group = ints(rows.column("stream_id")), np.full(n, NULL, np.int64)
         new = {
-            "device_id": ints(batch.column("device_id"))[known],
-            "stream_id": ints(batch.column("stream_id"))[known],
-            "start": ints(batch.column("start_ns"))[known],
-            "launch": launch[known],
+            "device_id": ints(rows.column("device_id")),
+            "stream_id": stream,
+            "start": ints(rows.column("start_ns")),
+            "launch": ints(rows.column("launch_ns")),
+            "group": group,
         }
         self._reach.saw(new["launch"])
         self._tasks = concat(self._tasks, new)
@@ -382,7 +407,7 @@ class FrameworkOps(Operator):
         if self._pending_min < until:
             out.append(("ops", self._emit_ops(until)))
         parts = [self._queue_flows(), self._npu_flows(until), self._fwdbwd_flows(until)]
-        flows = _stack_flows(parts)
+        flows = _stack_flows(parts, list(self._groups))
         if flows.num_rows:
             out.append(("flows", flows))
         # before the first kernel shows how far behind kernels come, assume max_op_ns
@@ -547,6 +572,7 @@ class FrameworkOps(Operator):
             "dst_pid": dst.get("dst_pid", none),
             "dst_tid": dst["dst_tid"],
             "dst_ns": dst["dst_ns"],
+            "dst_group": dst.get("dst_group", none),
         }
 
     def _queue_flows(self) -> Columns:
@@ -594,6 +620,7 @@ class FrameworkOps(Operator):
                 "dst_device_id": done["device_id"][linked],
                 "dst_tid": done["stream_id"][linked],
                 "dst_ns": done["start"][linked],
+                "dst_group": done["group"][linked],
             },
         )
 
@@ -675,6 +702,7 @@ class FrameworkOps(Operator):
                 "pending": window,
                 "arrivals": self._arrivals,
                 "names": list(self._names),
+                "groups": list(self._groups),
                 "marks": pack_keyed(self._marks, 1),
                 "marks_seen": self._marks_seen,
                 "stack": [self._stack.ids, self._stack.starts, self._stack.ends, self._stack.tids],
@@ -701,6 +729,7 @@ class FrameworkOps(Operator):
         self._pending_min = int(pc.min(window.column("start_ns")).as_py()) if window.num_rows else DONE
         self._arrivals = doc["arrivals"]
         self._names = {name: code for code, name in enumerate(doc["names"])}
+        self._groups = {name: code for code, name in enumerate(doc["groups"])}
         self._marks = unpack_keyed(doc["marks"])
         self._marks_seen = doc["marks_seen"]
         ids, starts, ends, tids = (np.asarray(a, np.int64) for a in doc["stack"])

@@ -1,4 +1,5 @@
-"""torch_npu's ``operator_details.csv`` rows: ``ops`` + ``flows`` + ``tasks@<d>`` -> ``operator_details``.
+"""torch_npu's ``operator_details.csv`` rows: ``ops`` + ``flows`` + ``tasks@<d>`` (+ ``comm@<d>``) ->
+``operator_details``.
 
 Rules (framework_outputs.md §3.3; torch_npu ``prof_view/_operator_view_parser.py``,
 ``prof_bean/_torch_op_node.py``, ``prof_common_func/_tree_builder.py``): one row per torch op of the op
@@ -15,8 +16,11 @@ tree (``ops`` rows of kind ``cpu_op``) except ``ProfilerStep#*`` ops, in op orde
   deepest matched node ``corr_id_self`` and every matched node ``corr_id_total``). So device self sums
   the kernels of the op's own flows and device total sums device self over the subtree
   (:func:`~profstream.engine.kernels.subtree.subtree_sums`). "With AICore" counts only kernels whose
-  task type is ``AI_CORE``.
-* A flow names its source by (pid, tid, start) and its kernel by (device, stream, start): a flow is
+  task type is ``AI_CORE``. The kernels are msprof's HostToDevice flow ends
+  (:mod:`~profstream.engine.operators.launches`), as in FrameworkOps: a communication op counts once,
+  with its own duration (torch_npu sums the X event on its group's thread), not its HCCL tasks.
+* A flow names its source by (pid, tid, start) and its kernel by (device, stream, start), a
+  communication op's stream being null: a flow is
   joined to a held task of that key (several flows of one key take distinct tasks, in order) and to
   the pending op of that key; when a parent and its child start at the same ns on one thread the
   key is ambiguous and the deeper op (the later one) is taken.
@@ -56,6 +60,7 @@ from profstream.engine.operators._state import (
     take,
 )
 from profstream.engine.operators.api import dense_ids
+from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -74,18 +79,20 @@ def _strings(batch: pa.RecordBatch, name: str) -> pa.Array:
 
 
 class OperatorDetails(Operator):
-    """``ops``, ``flows``, ``tasks@<d>`` -> ``operator_details`` (see the module docstring).
+    """``ops``, ``flows``, ``tasks@<d>``, ``comm@<d>`` -> ``operator_details`` (see the module docstring).
 
-    ``devices``: the devices whose ``tasks`` the flows point into.
+    ``devices``: the devices whose ``tasks`` the flows point into; ``communication``: those whose
+    communication ops they do.
     """
 
-    def __init__(self, devices: Sequence[int]) -> None:
+    def __init__(self, devices: Sequence[int], communication: Sequence[int] = ()) -> None:
         self.devices = tuple(devices)
         self._task_streams = tuple(at("tasks", d) for d in self.devices)
-        self.inputs = ("ops", "flows", *self._task_streams)
+        self._comm_streams = tuple(at("comm", d) for d in communication)
+        self.inputs = ("ops", "flows", *self._task_streams, *self._comm_streams)
         self.outputs = ("operator_details",)
         self._log = events.get_logger(component="operator_details")
-        self._inbox: dict[str, list[pa.RecordBatch]] = {"ops": [], "flows": [], "tasks": []}
+        self._inbox: dict[str, list[pa.RecordBatch]] = {"ops": [], "flows": [], "tasks": [], "comm": []}
         self._ops = empty_columns(_OPS)
         self._texts = _TEXTS.empty_table()
         self._tasks = empty_columns(_TASKS)
@@ -98,6 +105,8 @@ class OperatorDetails(Operator):
             self._inbox[stream].append(batch)
         elif stream in self._task_streams:
             self._inbox["tasks"].append(batch)
+        elif stream in self._comm_streams:
+            self._inbox["comm"].append(batch)
         else:
             raise self.unknown_input(stream)
 
@@ -105,10 +114,12 @@ class OperatorDetails(Operator):
         for batch in self._inbox["ops"]:
             self._add_ops(batch)
         for batch in self._inbox["tasks"]:
-            self._add_tasks(batch)
+            self._add_kernels(batch.filter(task_flow_ends(batch)))
+        for batch in self._inbox["comm"]:
+            self._add_kernels(batch.filter(op_flow_ends(batch)))
         for batch in self._inbox["flows"]:
             self._add_flows(batch)
-        self._inbox = {"ops": [], "flows": [], "tasks": []}
+        self._inbox = {"ops": [], "flows": [], "tasks": [], "comm": []}
         stale = self._tasks["start"] < watermark
         self._counts["tasks_without_flow"] += int(stale.sum())
         self._tasks = take(self._tasks, ~stale)
@@ -150,12 +161,18 @@ class OperatorDetails(Operator):
         texts = pa.table({name: _strings(batch, name) for name in _TEXTS.names}, schema=_TEXTS)
         self._texts = pa.concat_tables([self._texts, texts]).take(pa.array(order, pa.int64()))
 
-    def _add_tasks(self, batch: pa.RecordBatch) -> None:
+    def _add_kernels(self, batch: pa.RecordBatch) -> None:
+        """Kernels: device tasks, or communication ops (no stream, never AI_CORE)."""
         start = ints(batch.column("start_ns"))
-        aicore = pc.equal(batch.column("task_type").cast(pa.string()), AI_CORE).fill_null(False)
+        if "stream_id" in batch.schema.names:
+            stream = ints(batch.column("stream_id"))
+            aicore = pc.equal(batch.column("task_type").cast(pa.string()), AI_CORE).fill_null(False)
+        else:
+            stream = np.full(batch.num_rows, NULL, np.int64)
+            aicore = pa.array(np.zeros(batch.num_rows, np.bool_))
         new = {
             "device": ints(batch.column("device_id")),
-            "stream": ints(batch.column("stream_id")),
+            "stream": stream,
             "start": start,
             "dur": ints(batch.column("end_ns")) - start,
             "aicore": np.asarray(aicore.to_numpy(zero_copy_only=False), np.int64),

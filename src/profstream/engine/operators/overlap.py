@@ -29,9 +29,11 @@ Not Overlapped; Stage = (last end - first start over every counted piece, Bubble
 Communication(Not Overlapped and Exclude Receive) = max(Not Overlapped - Bubble, 0); Preparing = first
 Computing/Communication start - host step start (null without a host start or without such a piece).
 Only steps that received a piece get a row. Without a step stream (or when it never delivers a step)
-one row with a null step sums everything, as torch_npu does without steps; its Preparing (first
-torch op based) is null here. When steps overlap, the earlier one wins the shared time (torch_npu
-takes the first step in start order).
+one row with a null step sums everything, as torch_npu does without steps; with framework steps its
+Preparing is the first Computing/Communication start minus the earliest torch op's start (the ``ops``
+input; 0 without any torch op), as torch_npu's ``get_prepare_time`` computes it for the step-less row
+(``FwkFileParser.get_first_fwk_op``). When steps overlap, the earlier one wins the shared time
+(torch_npu takes the first step in start order).
 
 Streaming: inputs are buffered until the watermark, less ``lateness_ns``, passes their start. The
 operators upstream promise the start of the rows they still hold (a task still running, a task whose
@@ -120,9 +122,10 @@ def _strings(batch: pa.RecordBatch, name: str) -> pa.Array:
 class Overlap(Operator):
     """Overlap Analysis lanes and per-step sums of device ``device_id``; see the module docstring.
 
-    Inputs ``tasks@d``, ``comm@d`` and, with ``steps``, ``<steps.stream>@d``; outputs ``overlap@d``
-    and ``step_time@d``. ``kfc_streams``: the MC2 AI-CPU KFC stream ids whose tasks are not
-    Computing; ``lateness_ns``: how long before the watermark an input row may still start.
+    Inputs ``tasks@d``, ``comm@d`` and, with ``steps``, ``<steps.stream>@d`` (and ``ops`` for framework
+    steps: the step-less row's Preparing); outputs ``overlap@d`` and ``step_time@d``. ``kfc_streams``:
+    the MC2 AI-CPU KFC stream ids whose tasks are not Computing; ``lateness_ns``: how long before the
+    watermark an input row may still start.
     """
 
     def __init__(
@@ -139,7 +142,9 @@ class Overlap(Operator):
         self.lateness_ns = lateness_ns
         self._tasks, self._comm = at("tasks", device_id), at("comm", device_id)
         self._step_stream = None if steps is None else at(steps.stream, device_id)
-        self.inputs = (self._tasks, self._comm, *(() if self._step_stream is None else (self._step_stream,)))
+        step_inputs = () if self._step_stream is None else (self._step_stream,)
+        self._ops = "ops" if steps is not None and steps.kind == "framework" else None
+        self.inputs = (self._tasks, self._comm, *step_inputs, *(() if self._ops is None else (self._ops,)))
         self.outputs = (at("overlap", device_id), at("step_time", device_id))
         # inputs not yet released: (start, end) rows
         self._compute = _empty(2)
@@ -158,6 +163,7 @@ class Overlap(Operator):
         self._outside = _new_acc(1)
         self._held = _empty(3)  # lane, start, end of pieces waiting for their step
         self._steps_end = NULL  # end of the latest step seen
+        self._first_op = NULL  # start of the earliest torch op (framework steps)
         self._counts: dict[str, int] = {}
 
     # -- input
@@ -165,6 +171,12 @@ class Overlap(Operator):
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         if stream == self._step_stream:
             self._add_steps(batch)
+            return
+        if stream == self._ops:
+            torch_ops = batch.filter(pc.fill_null(pc.equal(_strings(batch, "kind"), "cpu_op"), False))
+            first = pc.min(torch_ops.column("start_ns")).as_py()
+            if first is not None and (self._first_op == NULL or first < self._first_op):
+                self._first_op = first
             return
         batch = self._valid(batch)
         start, end = _column(batch, "start_ns"), _column(batch, "end_ns")
@@ -353,7 +365,8 @@ class Overlap(Operator):
         keys, acc = self._known[:, done], self._acc[:, done]
         self._known, self._acc = self._known[:, ~done], self._acc[:, ~done]
         if final and self._steps_end == NULL:  # no step at all: torch_npu's single step-less row
-            keys = np.array([[NULL], [NULL], [NULL], [NULL]], np.int64)
+            first_op = self._first_op if self._first_op != NULL else self._outside[_FIRST_TASK, 0]
+            keys = np.array([[NULL], [NULL], [NULL], [NULL if self._ops is None else first_op]], np.int64)
             acc = self._outside
         hit = acc[_HIT] == 1
         keys, acc = keys[:, hit], acc[:, hit]
@@ -391,7 +404,7 @@ class Overlap(Operator):
         return pack_state(
             {
                 "pending": [self._compute, self._communication, self._receive],
-                "marks": [self._limit, self._lo, self._hi, self._steps_end],
+                "marks": [self._limit, self._lo, self._hi, self._steps_end, self._first_op],
                 "unions": [self._compute_union, self._comm_union],
                 "combine": combine,
                 "gaps": self._gaps if self._gaps is not None else np.empty(0, np.int64),
@@ -403,7 +416,7 @@ class Overlap(Operator):
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
         self._compute, self._communication, self._receive = doc["pending"]
-        self._limit, self._lo, self._hi, self._steps_end = doc["marks"]
+        self._limit, self._lo, self._hi, self._steps_end, self._first_op = doc["marks"]
         self._compute_union, self._comm_union = doc["unions"]
         states = []
         for name in ("not_overlapped", "busy"):

@@ -64,8 +64,10 @@ Choices where msprof is odd or unbounded, documented here and tested:
   between a 255 and the following step tag are dropped by that step tag (counted).
 
 :class:`FrameworkSteps` (framework_outputs.md §4c; torch_npu ``_fwk_cann_relation_parser.py``
-``get_step_range``, the path without a task queue): the tasks whose launch (``launch_ns``, the start
-of the launching API, i.e. the acl-to-npu flow start) lies in ``[host start, host end]`` of a
+``get_step_range``, the path without a task queue): the kernels (torch_npu's acl-to-npu flow ends,
+:mod:`~profstream.engine.operators.launches`: tasks, and communication ops from ``comm@<d>``) whose
+launch (``launch_ns``, the start of the launching API, i.e. the flow's start) lies in ``[host start,
+host end]`` of a
 top-level ``ProfilerStep#<n>`` op belong to step n; the earliest launch gives ``start_ns`` = its
 tasks' earliest start, the latest launch gives the device end = its tasks' latest end; the row
 spans ``[device start (host start if none), max(device end, host end)]``. torch_npu drops every step
@@ -92,6 +94,7 @@ import pyarrow.compute as pc
 from profstream.codecs import training_trace as legacy_codec
 from profstream.codecs import ts_track
 from profstream.engine.operators._state import KernelReach
+from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 from profstream.events import RECORDS_UNMATCHED, get_logger
@@ -579,19 +582,26 @@ _NUMBER, _HOST_START, _HOST_END = range(3)
 class FrameworkSteps(Operator):
     """torch_npu's device step ranges (``kind`` framework) per device; see the module docstring.
 
-    Inputs ``ops`` and ``tasks@<d>`` for each of ``device_ids``; outputs ``framework_steps@<d>``.
+    Inputs ``ops`` and ``tasks@<d>`` for each of ``device_ids`` (and ``comm@<d>`` for each of
+    ``communication``); outputs ``framework_steps@<d>``.
     ``max_pending`` bounds the tasks kept per device while their step has not been seen (the oldest
     are dropped, counted).
     """
 
     def __init__(
-        self, device_ids: Sequence[int], *, settle_ns: int = 1_000_000_000, max_pending: int = 1 << 20
+        self,
+        device_ids: Sequence[int],
+        *,
+        communication: Sequence[int] = (),
+        settle_ns: int = 1_000_000_000,
+        max_pending: int = 1 << 20,
     ) -> None:
         self.device_ids = tuple(device_ids)
         self.settle_ns = settle_ns
         self.max_pending = max_pending
         self._device_of = {at("tasks", d): k for k, d in enumerate(self.device_ids)}
-        self.inputs = ("ops", *self._device_of)
+        self._comm_of = {at("comm", d): self.device_ids.index(d) for d in communication}
+        self.inputs = ("ops", *self._device_of, *self._comm_of)
         self.outputs = tuple(at(FRAMEWORK_STEPS, d) for d in self.device_ids)
         n = len(self.device_ids)
         self._steps: I64 = np.empty((3, 0), np.int64)
@@ -607,13 +617,13 @@ class FrameworkSteps(Operator):
             for k in range(len(self.device_ids)):
                 self._assign(k)
             return
-        k = self._device_of[stream]
-        launch = batch.column("launch_ns")
-        valid = pc.and_(
-            pc.is_valid(launch), pc.and_(pc.is_valid(batch["start_ns"]), pc.is_valid(batch["end_ns"]))
-        )
-        kept = batch.filter(valid)
-        count(self._counts, "task without a launch time", batch.num_rows - kept.num_rows)
+        if stream in self._comm_of:
+            k, kernels = self._comm_of[stream], op_flow_ends(batch)
+        else:
+            k, kernels = self._device_of[stream], task_flow_ends(batch)
+        count(self._counts, "task without a launch time", batch.column("launch_ns").null_count)
+        spans = pc.and_(pc.is_valid(batch["start_ns"]), pc.is_valid(batch["end_ns"]))
+        kept = batch.filter(pc.and_(kernels, spans))
         rows = np.stack(
             [
                 kept.column(c).to_numpy(zero_copy_only=False).astype(np.int64)
