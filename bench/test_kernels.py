@@ -36,7 +36,8 @@ def _items(inputs: dict[str, Any]) -> int:
     """Input records or intervals, the unit of the rate."""
     if "a" in inputs:
         return int(inputs["a"][0].size + inputs["b"][0].size)
-    return int(np.asarray(inputs["times"] if "times" in inputs else inputs["starts"]).size)
+    column = next(name for name in ("times", "time", "starts") if name in inputs)
+    return int(np.asarray(inputs[column]).size)
 
 
 @pytest.mark.parametrize("name", sorted(COMPARISONS))

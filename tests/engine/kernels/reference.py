@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from profstream.engine.kernels import memory, overlap, pairing
+from profstream.engine.kernels import calls, memory, overlap, pairing
 from profstream.engine.kernels._dispatch import FLUSH, NO_SEQ, NULL
 
 Inputs = dict[str, Any]
@@ -532,6 +532,65 @@ def make_ge(rng: np.random.Generator, n: int) -> Inputs:
     }
 
 
+# --------------------------------------------------------------------------- call stacks
+
+
+def calls_ref(inputs: Inputs) -> tuple[list[Row], list[int]]:
+    """torch_npu's per-thread replay (``PythonTraceParser._replay_stack``) step by step: closed calls
+    (thread, python id, parent id, start, end, call key) in close order, and [returns on an empty
+    stack, unknown tags]."""
+    stacks: dict[int, list[tuple[int, int, int, int]]] = {}
+    next_id: dict[int, int] = {}
+    closed: list[Row] = []
+    counts = [0, 0]
+    columns = (inputs["thread"], inputs["time"], inputs["key"], inputs["tag"])
+    for thread, time, key, tag in zip(*columns, strict=True):
+        stack = stacks.setdefault(thread, [])
+        python_id = next_id.get(thread, 0)
+        next_id[thread] = python_id + 1
+        if tag in (0, 2):  # a Python or C call
+            stack.append((python_id, stack[-1][0] if stack else 0, time, key))
+        elif tag in (1, 3) and stack:  # either return pops whatever is on top
+            frame_id, parent, start, frame_key = stack.pop()
+            closed.append((thread, frame_id, parent, start, time, frame_key))
+        else:
+            counts[0 if tag in (1, 3) else 1] += 1
+    return closed, counts
+
+
+def run_calls(inputs: Inputs) -> calls.Replayed:
+    threads = int(max(inputs["thread"], default=-1)) + 1
+    state = calls.Threads(
+        np.zeros(threads, np.int64), np.zeros(threads, np.int64), np.full(threads, -1, np.int64)
+    )
+    n = len(inputs["thread"])
+    records = {
+        **{name: np.asarray(inputs[name], np.int64) for name in ("thread", "time", "key", "tag")},
+        "pid": np.zeros(n, np.int64),
+        "module": np.full(n, NULL, np.int64),
+    }
+    return calls.replay(records, state, {name: np.empty(0, np.int64) for name in calls.FRAME_COLUMNS})
+
+
+def closed_calls(out: calls.Replayed) -> tuple[list[Row], list[int]]:
+    pool = out.pool
+    names = ("thread", "id", "parent", "start")
+    rows = [
+        (*(int(pool[name][f]) for name in names), int(end), int(pool["key"][f]))
+        for f, end in zip(out.closed.tolist(), out.ends.tolist(), strict=True)
+    ]
+    return rows, [out.unmatched_returns, out.unknown_tags]
+
+
+def make_calls(rng: np.random.Generator, n: int) -> Inputs:
+    """Nests of 1-8 calls (Python or C) closed in reverse, on 4 threads, one record per ns."""
+    depth = rng.integers(1, 9, max(n // 8, 1))
+    thread = np.repeat(rng.integers(0, 4, depth.size), 2 * depth)
+    tag = np.concatenate([np.r_[np.zeros(d, np.int64), np.ones(d, np.int64)] for d in depth.tolist()])
+    tag += 2 * rng.integers(0, 2, tag.size)  # C calls and returns too
+    return {"thread": thread, "time": np.arange(tag.size), "key": rng.integers(0, 50, tag.size), "tag": tag}
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One kernel wrapper, its oracle, and benchmark inputs."""
@@ -587,4 +646,5 @@ COMPARISONS: dict[str, Comparison] = {
         make_pta,
     ),
     "ge": Comparison(run_ge, lambda out: (ge_rows(out[0]), [int(c) for c in out[1].counts]), ge_ref, make_ge),
+    "calls": Comparison(run_calls, closed_calls, calls_ref, make_calls),
 }

@@ -41,15 +41,25 @@ with the pid as tid, as ``GCRecordBean`` gives it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from profstream import events
-from profstream.codecs.framework import C_CALL, C_RETURN, PY_CALL, PY_RETURN
+from profstream.codecs.framework import C_CALL, PY_CALL
+from profstream.engine.kernels import calls
 from profstream.engine.kernels._dispatch import NULL, Int64Array
-from profstream.engine.operators._state import Columns, Pending, RowByRow, ints
+from profstream.engine.operators._state import (
+    Columns,
+    Pending,
+    RowByRow,
+    concat,
+    empty_columns,
+    ints,
+    rows,
+    take,
+)
 from profstream.engine.runtime import DONE, START, Emit, Operator, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -65,12 +75,9 @@ HOLD_ROWS = 1 << 18
 #: at most this many trailing start frames: 128 levels (``STACK_MAX_DEPTH`` + 1) on each of 256 threads
 PRELUDE_LIMIT = 129 * 256
 _RAW = ("time", "tid", "pid", "key", "tag")
+#: a closed call: its thread, process, span, hash key, call tag, python id, parent id, module number
+_CLOSED = ("tid", "pid", "start", "end", "key", "tag", "id", "parent", "module")
 _UNSIGNED = 1 << 64
-
-# a frame: python id, parent id, start, pid, name, kind, module id (NULL unless a module)
-Frame = list[Any]
-# a closed call: pid, tid, start, end, name, kind, python id, parent id, module id
-Row = tuple[int, int, int, int, str, int, int, int, int]
 
 
 def prelude_length(times: Int64Array, tags: Int64Array, first_time: int) -> int:
@@ -83,43 +90,14 @@ def prelude_length(times: Int64Array, tags: Int64Array, first_time: int) -> int:
     return int(times.size - 1 - np.flatnonzero(~starts)[-1])
 
 
-class _Thread:
-    """One thread's replay state: its open frames and counters."""
-
-    __slots__ = ("max_time", "module_counts", "module_ids", "next_id", "stack")
-
-    def __init__(self) -> None:
-        self.next_id = 0
-        self.max_time = 0  # the replay's max_call_end_time starts at 0
-        self.stack: list[Frame] = []
-        self.module_counts: dict[str, int] = {}  # class name -> instances seen
-        self.module_ids: dict[str, int] = {}  # object id -> its number within its class
-
-    def state(self) -> list[Any]:
-        return [
-            self.next_id,
-            self.max_time,
-            self.stack,
-            list(self.module_counts.items()),
-            list(self.module_ids.items()),
-        ]
-
-    @classmethod
-    def of(cls, state: list[Any]) -> _Thread:
-        thread = cls()
-        thread.next_id, thread.max_time = int(state[0]), int(state[1])
-        thread.stack = [list(frame) for frame in state[2]]
-        thread.module_counts = {str(k): int(v) for k, v in state[3]}
-        thread.module_ids = {str(k): int(v) for k, v in state[4]}
-        return thread
-
-
 class PythonTracer(Operator):
     """``torch_python_tracer_func``, ``ops`` -> ``python_calls`` (module docstring).
 
     ``names``: hash key (int64 bits of the u64) -> name, from ``torch.python_tracer_hash``;
     ``prelude``: the start frames found at the end of the file (columns ``time, tid, pid, key, tag``,
-    times converted), which the feed delivers from record ``skip_from`` on (-1: none).
+    times converted), which the feed delivers from record ``skip_from`` on (-1: none). The replay is
+    :func:`profstream.engine.kernels.calls.replay`; this wrapper numbers the modules, holds the calls
+    of threads without torch ops and names the rows.
     """
 
     def __init__(
@@ -133,14 +111,21 @@ class PythonTracer(Operator):
         self.inputs = (CALLS, OPS)
         self.outputs = ("python_calls",)
         self._names = dict(names)
+        modules = {k: n.partition(MODULE_DELIMITER) for k, n in self._names.items() if MODULE_DELIMITER in n}
+        self._module_parts = {key: (parts[0], parts[2]) for key, parts in modules.items()}
+        self._module_keys = np.array(sorted(self._module_parts), np.int64)
         self._skip_from = skip_from
         self._hold_rows = hold_rows
         self._pending = Pending(_RAW)
-        self._threads: dict[int, _Thread] = {}
+        self._thread_of: dict[int, int] = {}  # tid -> dense index of the replay's per-thread state
+        self._threads = calls.Threads(*(np.empty(0, np.int64) for _ in range(3)))
+        self._frames = empty_columns(calls.FRAME_COLUMNS)  # open frames, ``below`` as rows of it
+        self._module_counts: dict[tuple[int, str], int] = {}  # (tid, class name) -> instances seen
+        self._module_ids: dict[tuple[int, str], int] = {}  # (tid, object id) -> its number in its class
         self._torch_tids: set[int] = set()
-        self._held: dict[int, list[Row]] = {}
+        self._held: dict[int, Columns] = {}
         self._abandoned: set[int] = set()  # threads whose calls overflowed the hold before any op
-        self._ready: list[Row] = []
+        self._ready: list[Columns] = []
         self._seen = 0  # feed records pushed
         self._horizon = START  # records before it were replayed
         self._counts = {"unmatched_returns": 0, "unknown_tags": 0, "late": 0, "without_ops": 0}
@@ -162,15 +147,15 @@ class PythonTracer(Operator):
             batch = batch.slice(0, max(0, self._skip_from - first))
         if not batch.num_rows:
             return
-        rows = {
+        records = {
             "time": ints(batch.column("ts")),
             "tid": ints(batch.column("thread_id")),
             "pid": ints(batch.column("process_id")),
             "key": ints(batch.column("key_hash")),
             "tag": ints(batch.column("tag")),
         }
-        self._counts["late"] += int((rows["time"] < self._horizon).sum())
-        self._pending.append(rows)
+        self._counts["late"] += int((records["time"] < self._horizon).sum())
+        self._pending.append(records)
 
     def _confirm(self, tids: list[int]) -> None:
         for tid in tids:
@@ -178,62 +163,98 @@ class PythonTracer(Operator):
                 continue
             self._torch_tids.add(tid)
             self._abandoned.discard(tid)
-            self._ready += self._held.pop(tid, [])
+            held = self._held.pop(tid, None)
+            if held is not None:
+                self._ready.append(held)
 
     # -- replay -------------------------------------------------------------------------------
 
-    def _name(self, key: int) -> str:
-        name = self._names.get(key)
-        return str(key % _UNSIGNED) if name is None else name
+    def _replay(self, records: Columns) -> None:
+        records = take(records, np.argsort(records["time"], kind="stable"))
+        tids = records["tid"]
+        for tid in dict.fromkeys(tids.tolist()):  # new threads, in the order they first appear
+            if tid not in self._thread_of:
+                self._thread_of[tid] = len(self._thread_of)
+                self._threads = calls.Threads(
+                    *(np.append(a, v) for a, v in zip(self._threads, (0, 0, -1), strict=True))
+                )
+        known = np.array(list(self._thread_of), np.int64)
+        order = np.argsort(known)
+        thread = np.array(list(self._thread_of.values()), np.int64)[order][
+            np.searchsorted(known[order], tids)
+        ]
+        replayed = calls.replay(
+            {**records, "thread": thread, "module": self._number_modules(records)},
+            self._threads,
+            self._frames,
+        )
+        self._counts["unmatched_returns"] += replayed.unmatched_returns
+        self._counts["unknown_tags"] += replayed.unknown_tags
+        pool, closed = replayed.pool, replayed.closed
+        self._frames, top = calls.still_open(pool, self._threads.top)
+        self._threads = self._threads._replace(top=top)
+        self._route(
+            self._closed_rows({name: pool[name][closed] for name in calls.FRAME_COLUMNS}, replayed.ends)
+        )
 
-    def _replay(self, rows: Columns) -> None:
-        order = np.argsort(rows["time"], kind="stable")
-        columns = [rows[name][order].tolist() for name in _RAW]
-        for time, tid, pid, key, tag in zip(*columns, strict=True):
-            thread = self._threads.get(tid)
-            if thread is None:
-                thread = self._threads[tid] = _Thread()
-            python_id = thread.next_id
-            thread.next_id += 1
-            thread.max_time = max(thread.max_time, time)
-            stack = thread.stack
-            if tag in (PY_CALL, C_CALL):
-                parent = stack[-1][0] if stack else 0
-                name, kind, module = self._name(key), PYTHON if tag == PY_CALL else C_FUNCTION, NULL
-                if kind == PYTHON and MODULE_DELIMITER in name:
-                    name, module, kind = *self._module(thread, name), MODULE
-                stack.append([python_id, parent, time, pid, name, kind, module])
-            elif tag in (PY_RETURN, C_RETURN):
-                if stack:
-                    self._close(tid, stack.pop(), time)
-                else:
-                    self._counts["unmatched_returns"] += 1
+    def _number_modules(self, records: Columns) -> Int64Array:
+        """Each record's module number (NULL unless a Python call of an ``nn.Module``): the n-th object
+        of its class on its thread, in call order (``get_module_info_from_value``)."""
+        module = np.full(records["key"].size, NULL, np.int64)
+        is_module = (records["tag"] == PY_CALL) & np.isin(records["key"], self._module_keys)
+        for row in np.flatnonzero(is_module).tolist():
+            tid = int(records["tid"][row])
+            class_name, object_id = self._module_parts[int(records["key"][row])]
+            number = self._module_ids.get((tid, object_id))
+            if number is None:
+                number = self._module_ids[(tid, object_id)] = self._module_counts.get((tid, class_name), 0)
+                self._module_counts[(tid, class_name)] = number + 1
+            module[row] = number
+        return module
+
+    def _closed_rows(self, frames: Columns, ends: Int64Array) -> Columns:
+        tids = np.array(list(self._thread_of), np.int64)
+        return {
+            "tid": tids[frames["thread"]],
+            "pid": frames["pid"],
+            "start": frames["start"],
+            "end": ends,
+            "key": frames["key"],
+            "tag": frames["tag"],
+            "id": frames["id"],
+            "parent": frames["parent"],
+            "module": frames["module"],
+        }
+
+    def _route(self, closed: Columns) -> None:
+        """Closed calls of threads with torch ops go out; the others wait for an op, up to the hold."""
+        for tid in dict.fromkeys(closed["tid"].tolist()):
+            part = take(closed, closed["tid"] == tid)
+            if tid in self._torch_tids:
+                self._ready.append(part)
+            elif tid in self._abandoned:
+                self._counts["without_ops"] += rows(part)
             else:
-                self._counts["unknown_tags"] += 1
+                held = self._held[tid] = concat(self._held[tid], part) if tid in self._held else part
+                if rows(held) > self._hold_rows:
+                    self._counts["without_ops"] += rows(held)
+                    del self._held[tid]
+                    self._abandoned.add(tid)
 
-    @staticmethod
-    def _module(thread: _Thread, name: str) -> tuple[str, int]:
-        class_name, _, object_id = name.partition(MODULE_DELIMITER)
-        number = thread.module_ids.get(object_id)
-        if number is None:
-            number = thread.module_ids[object_id] = thread.module_counts.get(class_name, 0)
-            thread.module_counts[class_name] = number + 1
-        return f"nn.Module: {class_name}_{number}", number
-
-    def _close(self, tid: int, frame: Frame, end: int) -> None:
-        python_id, parent, start, pid, name, kind, module = frame
-        row: Row = (pid, tid, start, end, name, kind, python_id, parent, module)
-        if tid in self._torch_tids:
-            self._ready.append(row)
-        elif tid in self._abandoned:
-            self._counts["without_ops"] += 1
-        else:
-            held = self._held.setdefault(tid, [])
-            held.append(row)
-            if len(held) > self._hold_rows:
-                self._counts["without_ops"] += len(held)
-                del self._held[tid]
-                self._abandoned.add(tid)
+    def _close_open_frames(self) -> None:
+        """Frames still open at the end close at their thread's latest record time, innermost first."""
+        frames, pieces = self._frames, []
+        for dense, top in enumerate(self._threads.top.tolist()):
+            stack, row = [], top
+            while row >= 0:
+                stack.append(row)
+                row = int(frames["below"][row])
+            ends = np.full(len(stack), self._threads.max_time[dense], np.int64)
+            pieces.append(self._closed_rows(take(frames, np.array(stack, np.int64)), ends))
+        self._frames = empty_columns(calls.FRAME_COLUMNS)
+        self._threads = self._threads._replace(top=np.full(self._threads.top.size, -1, np.int64))
+        for piece in pieces:
+            self._route(piece)
 
     # -- output -------------------------------------------------------------------------------
 
@@ -249,16 +270,15 @@ class PythonTracer(Operator):
         pending = self._pending.times_before(DONE)
         if pending.size:
             starts.append(int(pending.min()))
-        starts += [thread.stack[0][2] for thread in self._threads.values() if thread.stack]
-        starts += [row[2] for rows in self._held.values() for row in rows[:1]]
+        if rows(self._frames):
+            starts.append(int(self._frames["start"].min()))
+        starts += [int(held["start"].min()) for held in self._held.values()]
         return min(starts)
 
     def finish(self) -> list[Emit]:
         emitted = self.advance(DONE)
-        for tid, thread in self._threads.items():
-            while thread.stack:
-                self._close(tid, thread.stack.pop(), thread.max_time)
-        self._counts["without_ops"] += sum(len(rows) for rows in self._held.values())
+        self._close_open_frames()
+        self._counts["without_ops"] += sum(rows(held) for held in self._held.values())
         self._held = {}
         counts = {name: count for name, count in self._counts.items() if count}
         if counts:
@@ -268,38 +288,71 @@ class PythonTracer(Operator):
     def _emit(self) -> list[Emit]:
         if not self._ready:
             return []
-        rows, self._ready = self._ready, []
-        pid, tid, start, end, name, kind, python_id, parent, module = (
-            list(c) for c in zip(*rows, strict=True)
+        out = self._ready[0]
+        for part in self._ready[1:]:
+            out = concat(out, part)
+        self._ready = []
+        module = out["module"]
+        is_module = module != NULL
+        kind = np.where(is_module, MODULE, np.where(out["tag"] == C_CALL, C_FUNCTION, PYTHON))
+        return [
+            (
+                self.outputs[0],
+                conform(
+                    TABLES["python_calls"],
+                    {
+                        "pid": out["pid"],
+                        "tid": out["tid"],
+                        "start_ns": out["start"],
+                        "end_ns": out["end"],
+                        "name": self._row_names(out["key"], is_module, module),
+                        "kind": pa.DictionaryArray.from_arrays(kind.astype(np.int32), pa.array(KINDS)),
+                        "python_id": out["id"],
+                        "parent_id": out["parent"],
+                        "module_id": pa.array(module, pa.int64(), mask=~is_module),
+                    },
+                ),
+            )
+        ]
+
+    def _row_names(self, keys: Int64Array, is_module: np.ndarray, module: Int64Array) -> pa.Array:
+        """Each key's name (its decimal value when the hash file has none); ``nn.Module: <class>_<n>``
+        for a module call."""
+        unique, index = np.unique(keys, return_inverse=True)
+        texts = [self._names.get(k, str(k % _UNSIGNED)) for k in unique.tolist()]
+        classes = [self._module_parts.get(k, ("", ""))[0] for k in unique.tolist()]
+        plain = pa.array(texts, pa.string()).take(pa.array(index))
+        if not is_module.any():
+            return plain.dictionary_encode()
+        modules = pc.binary_join_element_wise(
+            "nn.Module: ",
+            pa.array(classes, pa.string()).take(pa.array(index)),
+            "_",
+            pc.cast(module, pa.string()),
+            "",
         )
-        modules = np.asarray(module, np.int64)
-        batch = conform(
-            TABLES["python_calls"],
-            {
-                "pid": pid,
-                "tid": tid,
-                "start_ns": start,
-                "end_ns": end,
-                "name": pa.array(name, pa.string()).dictionary_encode(),
-                "kind": pa.DictionaryArray.from_arrays(pa.array(kind, pa.int32()), pa.array(KINDS)),
-                "python_id": python_id,
-                "parent_id": parent,
-                "module_id": pa.array(modules, pa.int64(), mask=modules == NULL),
-            },
-        )
-        return [(self.outputs[0], batch)]
+        return pc.if_else(pa.array(is_module), modules, plain).dictionary_encode()
 
     # -- state --------------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
+        ready = self._ready[0] if len(self._ready) == 1 else empty_columns(_CLOSED)
+        for part in self._ready[1:] if len(self._ready) > 1 else ():
+            ready = concat(ready, part)
+        if len(self._ready) > 1:
+            ready = concat(self._ready[0], ready)
         return pack_state(
             {
                 "pending": self._pending.columns(),
-                "threads": [[tid, thread.state()] for tid, thread in self._threads.items()],
+                "tids": list(self._thread_of),
+                "threads": list(self._threads),
+                "frames": self._frames,
+                "module_counts": [[tid, name, n] for (tid, name), n in self._module_counts.items()],
+                "module_ids": [[tid, name, n] for (tid, name), n in self._module_ids.items()],
                 "torch_tids": sorted(self._torch_tids),
-                "held": [[tid, [list(row) for row in rows]] for tid, rows in self._held.items()],
+                "held": [[tid, held] for tid, held in self._held.items()],
                 "abandoned": sorted(self._abandoned),
-                "ready": [list(row) for row in self._ready],
+                "ready": ready,
                 "seen": self._seen,
                 "horizon": self._horizon,
                 "counts": self._counts,
@@ -310,28 +363,17 @@ class PythonTracer(Operator):
         doc = unpack_state(state)
         pending = {name: np.asarray(doc["pending"][name], np.int64) for name in _RAW}
         self._pending = Pending(_RAW, pending)
-        self._threads = {int(tid): _Thread.of(thread) for tid, thread in doc["threads"]}
+        self._thread_of = {int(tid): index for index, tid in enumerate(doc["tids"])}
+        self._threads = calls.Threads(*(np.asarray(a, np.int64) for a in doc["threads"]))
+        self._frames = doc["frames"]
+        self._module_counts = {(int(t), str(n)): int(c) for t, n, c in doc["module_counts"]}
+        self._module_ids = {(int(t), str(n)): int(c) for t, n, c in doc["module_ids"]}
         self._torch_tids = {int(tid) for tid in doc["torch_tids"]}
-        self._held = {int(tid): [_row(row) for row in rows] for tid, rows in doc["held"]}
+        self._held = {int(tid): held for tid, held in doc["held"]}
         self._abandoned = {int(tid) for tid in doc["abandoned"]}
-        self._ready = [_row(row) for row in doc["ready"]]
+        self._ready = [doc["ready"]] if rows(doc["ready"]) else []
         self._seen, self._horizon = int(doc["seen"]), int(doc["horizon"])
         self._counts = {str(k): int(v) for k, v in doc["counts"].items()}
-
-
-def _row(values: list[Any]) -> Row:
-    pid, tid, start, end, name, kind, python_id, parent, module = values
-    return (
-        int(pid),
-        int(tid),
-        int(start),
-        int(end),
-        str(name),
-        int(kind),
-        int(python_id),
-        int(parent),
-        int(module),
-    )
 
 
 class GcRecords(RowByRow):
