@@ -28,7 +28,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profstream.sinks._numbers import GIVEN, NO_TEXT, SHORTEST, SHORTEST_MAX, SHORTEST_MIN, float_texts
+from profstream.sinks._numbers import GIVEN, NO_TEXT, float_kinds, float_texts
 
 I32 = npt.NDArray[np.int32]
 U8 = npt.NDArray[np.uint8]
@@ -79,19 +79,19 @@ def float_table(values: pa.Array) -> tuple[I32, U8, npt.NDArray[np.bool_]]:
     (NaN and infinities do not; see :func:`float_text`)."""
     doubles = pc.cast(values, pa.float64())
     numbers = doubles.fill_null(0.0).to_numpy(zero_copy_only=False)
-    finite = np.isfinite(numbers)
-    present = pc.is_valid(doubles).to_numpy(zero_copy_only=False) & finite
-    size = np.abs(numbers, where=finite, out=np.zeros_like(numbers))
-    given = present & (size != 0) & ((size < SHORTEST_MIN) | (size >= SHORTEST_MAX))
-    kinds = np.where(given, GIVEN, np.where(present, SHORTEST, NO_TEXT)).astype(np.uint8)
-    given_texts = pa.array([repr(v) for v in numbers[given].tolist()], pa.string())
+    valid = np.ones(1, np.uint8)
+    if doubles.null_count:
+        valid = np.asarray(pc.is_valid(doubles).to_numpy(zero_copy_only=False), np.uint8)
+    kinds = float_kinds(numbers, valid)
+    given = kinds == GIVEN
+    given_texts = pa.array([repr(v) for v in numbers[given].tolist()] if given.any() else [], pa.string())
     offsets, data = float_texts(
         numbers,
         kinds,
         np.frombuffer(given_texts.buffers()[1], np.int32),
         np.frombuffer(given_texts.buffers()[2] or b"", np.uint8),
     )
-    return offsets, data, present
+    return offsets, data, kinds != NO_TEXT
 
 
 def float_text(values: pa.Array) -> pa.Array:

@@ -523,14 +523,17 @@ class Template:
         return (*_flat(values, np.int64), *_flat(valid, np.uint8))
 
     def _text_arrays(self) -> tuple[I64 | U8, ...]:
-        data = [c.data[c.offsets[0] : c.offsets[-1]] for c in self._texts]
-        shifts = np.cumsum([0, *(d.size for d in data)], dtype=np.int64)[:-1]
-        bases = np.cumsum([0, *(c.offsets.size for c in self._texts)], dtype=np.int64)[:-1]
-        offsets = [c.offsets - c.offsets[0] + shift for c, shift in zip(self._texts, shifts, strict=True)]
+        bounds = [(int(c.offsets[0]), int(c.offsets[-1])) for c in self._texts]
+        data = [c.data[first:last] for c, (first, last) in zip(self._texts, bounds, strict=True)]
+        shifts = np.cumsum([0, *(d.size for d in data)], dtype=np.int64)[:-1].tolist()
+        bases = np.cumsum([0, *(c.offsets.size for c in self._texts)], dtype=np.int64)
+        offsets = np.zeros(max(int(bases[-1]), 1), np.int64)
+        for c, base, shift, (first, _) in zip(self._texts, bases[:-1].tolist(), shifts, bounds, strict=True):
+            np.add(c.offsets, shift - first, out=offsets[base : base + c.offsets.size])  # no temporaries
         return (
             *_flat([c.index for c in self._texts], np.int64),
-            bases,
-            np.concatenate(offsets) if offsets else np.zeros(1, np.int64),
+            bases[:-1],
+            offsets,
             np.concatenate(data) if data else np.zeros(0, np.uint8),
         )
 

@@ -58,7 +58,7 @@ from profstream import events
 from profstream.codecs._host import LEVELS
 from profstream.codecs.dictionaries import TYPE_FALLBACKS, resolve
 from profstream.engine import schema
-from profstream.engine.kernels.search import last_before
+from profstream.engine.kernels import search
 from profstream.engine.runtime import DONE, Emit, Operator, pack_state, unpack_state
 
 I64 = npt.NDArray[np.int64]
@@ -269,13 +269,8 @@ class Intervals:
 
     def innermost(self, query_groups: Array, query_times: Array) -> I64:
         """Index of the innermost interval of the query's group with ``start < time <= end``, or -1."""
-        query_times = np.asarray(query_times, np.int64)
-        at = last_before(self._groups, self._starts, query_groups, query_times)
-        while True:
-            outside = np.flatnonzero((at >= 0) & (gather(self._ends, at) < query_times))
-            if not len(outside):
-                return np.where(at >= 0, gather(self._order, at), -1)
-            at[outside] = self._parent[at[outside]]
+        at = search.innermost(self._groups, self._starts, self._ends, self._parent, query_groups, query_times)
+        return np.where(at >= 0, gather(self._order, at), -1)
 
 
 def innermost(groups: Array, starts: Array, ends: Array, query_groups: Array, query_times: Array) -> I64:
