@@ -1,5 +1,6 @@
-"""Python tracer and GC events in torch_npu's trace_view.json: end to end on a simulated run, and the
-shape of the real level-1 trace's python_function events (shared/realdata)."""
+"""Python tracer and GC events in torch_npu's trace_view.json: end to end on simulated runs (hand-written
+records, and the simulator's own against its truth), and the shape of the real level-1 trace's
+python_function events (shared/realdata)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 import profstream
@@ -74,7 +76,10 @@ def test_python_tracer_and_gc_events_end_to_end(tmp_path: Path) -> None:
     torch_npu numbers them; a thread without torch ops is left out; the start frame written at the end of
     the file comes first; GC records become the "Python GC" process."""
     raw = tmp_path / "raw"
-    simulate(SimulationConfig(chip="910B", steps=1, ops_per_step=8, framework="torch_npu", seed=5), raw)
+    config = SimulationConfig(
+        chip="910B", steps=1, ops_per_step=8, framework="torch_npu", seed=5, with_stack=False, gc_detect=False
+    )
+    simulate(config, raw)
     ops = profstream.open(raw).read("torch_op_range").read_all().to_pylist()
     ops = sorted((o for o in ops if not o["name"].startswith("ProfilerStep")), key=lambda o: o["start_ns"])[
         :3
@@ -142,3 +147,53 @@ def test_python_tracer_and_gc_events_end_to_end(tmp_path: Path) -> None:
         ("thread_name", pid): {"name": "Python GC"},
         ("thread_sort_index", pid): {"sort_index": pid},
     }
+
+
+def _micros(ns: int) -> str:
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def test_simulated_python_calls_and_gc_are_the_truths(tmp_path: Path) -> None:
+    """A two-device torch_npu simulation (a Python thread per device, start frames at the end of the file,
+    nn.Module calls, C calls): every python_function event of trace_view.json is a truth call, exactly
+    (name, pid, tid, ids, ts and dur), and every GC event a truth collection; nothing else is drawn."""
+    raw, truth = tmp_path / "raw", tmp_path / "truth"
+    config = SimulationConfig(
+        chip="910B", steps=3, ops_per_step=32, devices=2, framework="torch_npu", seed=11
+    )
+    simulate(config, raw, truth_dir=truth)
+    export(raw, kind="timeline", layout="torch_npu", output=tmp_path / "out")
+    events = json.loads((tmp_path / "out" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
+    offset = profstream.open(raw).collections[0].wall_offset_ns
+    calls = _python_events(events)
+    _check_shape(calls)
+
+    def drawn(e: dict[str, Any]) -> tuple[Any, ...]:
+        module = e["args"].get("Python module id")
+        ids = (e["args"]["Python id"], e["args"]["Python parent id"], module)
+        return (e["name"], e["pid"], e["tid"], *ids, e["ts"], Decimal(str(e["dur"])))
+
+    def expected(c: dict[str, Any]) -> tuple[Any, ...]:
+        ids = (c["python_id"], c["parent_id"], c["module_id"])
+        dur = Decimal(c["end_ns"] - c["start_ns"]) / 1000
+        return (c["name"], c["pid"], c["tid"], *ids, _micros(c["start_ns"] + offset), dur)
+
+    rows = pq.read_table(truth / "python_calls.parquet").to_pylist()
+    assert sorted(map(drawn, calls)) == sorted(map(expected, rows))
+    assert len({c["tid"] for c in rows}) == 2 and len(rows) > 100
+    names = {c["name"] for c in rows}
+    assert {"main.py(1): <module>", "nn.Module: Block_0", "nn.Module: Block_1", "nn.Module: Model_0"} <= names
+    assert {c["kind"] for c in rows} == {"python", "module", "c"}
+    gc = [e for e in events if e.get("cat") == "GC"]
+    collections = pq.read_table(truth / "gc.parquet").to_pylist()
+    assert len(collections) == 2
+    pid = collections[0]["pid"]
+    assert sorted((e["pid"], e["tid"], e["ts"], Decimal(str(e["dur"]))) for e in gc) == sorted(
+        (
+            (pid << 10) | (1 << 5) | 0,
+            g["tid"],
+            _micros(g["start_ns"] + offset),
+            Decimal(g["end_ns"] - g["start_ns"]) / 1000,
+        )
+        for g in collections
+    )

@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profstream.codecs import DecodeContext, StreamTraits, codec_for_file
-from profstream.codecs.framework import BLOCK_FREE, FREE, MALLOC
+from profstream.codecs.framework import BLOCK_FREE, C_CALL, FREE, MALLOC, PY_CALL
 from profstream.errors import ConfigError
 from profstream.simulate import SimulationConfig, SimulationResult, simulate
 from profstream.simulate.config import CHIPS
+from profstream.simulate.python_tracer import GC_THRESHOLD_MS
 from profstream.simulate.truth import union_length
 from profstream.simulate.workload import TASK_ID_SPAN
 
@@ -118,6 +119,7 @@ def test_every_file_decodes_and_counts_match_truth(run: Run) -> None:
     common = {"ts_track", "npu_mem", "npu_module_mem", "api_event", "task_track", "node_basic_info"}
     common |= {"tensor_info", "hccl_info", "hccl_op_info", "task_memory_info", "hash_dic", "type_info_dic"}
     common |= {"torch_op_range", "torch_op_mark", "torch_memory_usage", "memcpy_info", "graph_id_map"}
+    common |= {"torch_python_tracer_func", "torch_python_tracer_hash", "torch_gc_record"}
     assert common <= families
     platform = _traits(result.roots[0]).platform
     assert ({"stars_soc", "ffts_profile", "lpm_freq"} <= families) == (platform == 5)
@@ -348,11 +350,136 @@ def test_control_files_and_names(run: Run) -> None:
     assert int(begin["collectionTimeBegin"]) * 1000 - int(begin["clockMonotonicRaw"]) > 0
     profiler_info = json.loads((framework / "profiler_info.json").read_text())
     assert profiler_info["start_info"]["syscnt_enable"] is True
+    assert profiler_info["config"]["common_config"]["with_stack"] is True
+    assert profiler_info["config"]["experimental_config"]["_gc_detect_threshold"] == GC_THRESHOLD_MS
     assert {p.name for p in (framework / "FRAMEWORK").iterdir()} == {
         "torch.op_range",
         "torch.op_mark",
         "torch.memory_usage",
+        "torch.python_tracer_func",
+        "torch.python_tracer_hash",
+        "torch.gc_record",
     }
+
+
+def _framework_ns(framework: Path) -> Any:
+    """torch_npu's conversion of raw framework times (syscnt) to host monotonic ns (§1.4)."""
+    start = json.loads((framework / "profiler_info.json").read_text())["start_info"]
+    return lambda cnt: (
+        (np.asarray(cnt, np.int64) - start["start_cnt"]) * 1000 // start["freq"] + start["start_monotonic"]
+    )
+
+
+def test_python_tracer_records_are_the_truths_calls(run: Run) -> None:
+    """Per thread, the records (start frames last in the file, timed before its first record) are the
+    truth's calls: a call record at each call's start, of its kind and name, at the position its Python id
+    says; a return at each end but the start frames'. Calls nest with each other and with the torch ops
+    (ProfilerSteps aside, which the start frames cover); each step has two Block modules."""
+    result, _, truth = run
+    framework = result.framework_dirs[0]
+    streams = _streams(result.roots[0], framework)
+    to_ns = _framework_ns(framework)
+    func = streams["torch_python_tracer_func", -1, ""]
+    hashes = streams["torch_python_tracer_hash", -1, ""]
+    names = dict(zip(_np(hashes["key_hash"]).tolist(), [str(v) for v in hashes["value"]], strict=True))
+    ts, tid, key, tag = (_np(func[n]) for n in ("ts", "thread_id", "key_hash", "tag"))
+    assert set(key.tolist()) <= set(names)
+    tids = sorted(set(tid.tolist()))
+    assert len(tids) == 2  # one Python thread per device
+    frames = 3 * len(tids)
+    assert (tag[-frames:] == PY_CALL).all() and (ts[-frames:] < ts[0]).all()
+    assert (tag[:-frames] != PY_CALL).any()
+    calls = pq.read_table(truth / "python_calls.parquet").to_pylist()
+    ranges = streams["torch_op_range", -1, ""]
+    op_names = [str(n) for n in ranges["name"]]
+    op_start, op_end = to_ns(_np(ranges["start_ns"])), to_ns(_np(ranges["end_ns"]))
+    op_tid = _np(ranges["start_thread_id"])
+    for thread in tids:
+        mine = tid == thread
+        order = np.argsort(to_ns(ts[mine]), kind="stable")  # the start frames' times are the smallest
+        times, keys, tags = to_ns(ts[mine])[order], key[mine][order], tag[mine][order]
+        rows = [c for c in calls if c["tid"] == thread]
+        assert len(times) == 2 * len(rows) - 3
+        assert sorted(times.tolist()) == sorted(
+            [c["start_ns"] for c in rows] + [c["end_ns"] for c in rows if c["python_id"] >= 3]
+        )
+        objects: dict[str, str] = {}
+        by_id = {c["python_id"]: c for c in rows}
+        for c in rows:
+            i = c["python_id"]
+            assert times[i] == c["start_ns"] and tags[i] == (C_CALL if c["kind"] == "c" else PY_CALL)
+            written = names[int(keys[i])]
+            if c["kind"] == "module":
+                cls, _, obj = written.partition("######")
+                assert c["name"] == f"nn.Module: {cls}_{c['module_id']}"
+                assert objects.setdefault(c["name"], obj) == obj  # one object per printed module
+            else:
+                assert written == c["name"] and c["module_id"] is None
+            parent = by_id[c["parent_id"]]
+            if i:
+                assert parent["python_id"] < i
+                assert parent["start_ns"] <= c["start_ns"] and c["end_ns"] <= parent["end_ns"]
+        assert len(set(objects.values())) == len(objects)
+        steps = [c for c in rows if c["name"] == "main.py(57): train_step"]
+        assert len(steps) == SMALL["steps"]
+        assert {c["name"] for c in rows if c["name"].startswith("nn.Module: Block_")} >= {
+            "nn.Module: Block_0",
+            "nn.Module: Block_1",
+        }
+        spans = np.array([(c["start_ns"], c["end_ns"]) for c in rows if c["python_id"] >= 3])
+        for start, end, name, op in zip(op_start, op_end, op_names, op_tid, strict=True):
+            if op != thread or name.startswith("ProfilerStep#"):
+                continue
+            enclosing = (spans[:, 0] < start) & (end < spans[:, 1])
+            disjoint = (spans[:, 1] < start) | (end < spans[:, 0])
+            assert (enclosing | disjoint).all() and enclosing.any(), name
+
+
+def test_gc_records_are_the_truths_collections(run: Run) -> None:
+    """torch.gc_record holds the truth's collections, each at least the profiler_info threshold long and
+    between two steps' Python calls."""
+    result, _, truth = run
+    framework = result.framework_dirs[0]
+    streams = _streams(result.roots[0], framework)
+    to_ns = _framework_ns(framework)
+    gc = streams["torch_gc_record", -1, ""]
+    got = list(
+        zip(_np(gc["process_id"]).tolist(), to_ns(_np(gc["start_ns"])), to_ns(_np(gc["end_ns"])), strict=True)
+    )
+    expected = pq.read_table(truth / "gc.parquet").to_pylist()
+    assert [(p, int(s), int(e)) for p, s, e in got] == [
+        (g["pid"], g["start_ns"], g["end_ns"]) for g in expected
+    ]
+    assert len(expected) == 2 and all(g["tid"] == g["pid"] for g in expected)
+    assert all(g["end_ns"] - g["start_ns"] >= GC_THRESHOLD_MS * 1e6 for g in expected)
+    calls = pq.read_table(truth / "python_calls.parquet").to_pylist()
+    for g in expected:
+        assert not any(
+            c["start_ns"] < g["end_ns"] and g["start_ns"] < c["end_ns"] for c in calls if c["python_id"] >= 3
+        )
+
+
+def test_tracer_and_gc_switches_leave_the_other_streams_alone(tmp_path: Path) -> None:
+    """Without with_stack and gc_detect the run writes the same other files byte for byte (also under
+    target_bytes, which leaves these files out), and profiler_info.json says they are off."""
+    settings_ = {
+        "chip": "910B",
+        "framework": "torch_npu",
+        "ops_per_step": 32,
+        "steps": 1,
+        "target_bytes": 3 << 20,
+    }
+    on = _tree(_run(tmp_path / "on", **settings_)[1])
+    off = _tree(_run(tmp_path / "off", with_stack=False, gc_detect=False, **settings_)[1])
+    added = {k for k in on if k.rsplit("/", 1)[-1].startswith(("torch.python_tracer", "torch.gc_record"))}
+    assert len(added) == 3 and on.keys() - off.keys() == added and off.keys() <= on.keys()
+    [info] = [k for k in off if k.endswith("profiler_info.json")]
+    assert {k: v for k, v in on.items() if k not in added and k != info} == {
+        k: v for k, v in off.items() if k != info
+    }
+    config = json.loads(off[info])["config"]
+    assert config["common_config"]["with_stack"] is False
+    assert config["experimental_config"]["_gc_detect_threshold"] is None
 
 
 def test_pmu_counters_fit_the_cycles_and_the_metrics_group(tmp_path: Path) -> None:

@@ -16,7 +16,10 @@ Families written: device ``hwts``, ``aicore`` (910A) or ``stars_soc``,
 ``hccl_op_info``, ``memcpy_info``, ``expand_stream_spec`` (910B),
 ``tensor_info``, ``hccl_info``, ``task_memory_info``, ``graph_id_map``,
 ``hash_dic``, ``type_info_dic``; framework ``torch_op_range``,
-``torch_op_mark``, ``torch_memory_usage``.
+``torch_op_mark``, ``torch_memory_usage`` and, unless switched off
+(``with_stack``, ``gc_detect``), ``torch_python_tracer_func``,
+``torch_python_tracer_hash``, ``torch_gc_record``
+(:mod:`profstream.simulate.python_tracer`).
 """
 
 from __future__ import annotations

@@ -75,7 +75,10 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     set, keeps generating steps past ``steps`` until the raw data written
     reaches about that size (for benchmarks). ``profiling_options`` is kept as
     given (a PROFILING_OPTIONS JSON string, validated by ``profstream.options``)
-    and copied into sample.json.
+    and copied into sample.json. With ``torch_npu``, ``with_stack`` adds the Python tracer's files
+    (``torch.python_tracer_func`` / ``_hash``) and ``gc_detect`` the GC records (``torch.gc_record``),
+    as torch_npu's ``with_stack`` and ``_gc_detect_threshold`` options do
+    (:mod:`profstream.simulate.python_tracer`); both are on by default and ignored without a framework.
     """
 
     chip: Chip = "910B"
@@ -89,6 +92,8 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     seed: int = 0
     l2_cache: bool = False
     hbm: bool = False  # also sample HBM traffic (hbm.data), as msprof --sys-hardware-mem=on does
+    with_stack: bool = True  # torch_npu: trace Python calls (torch.python_tracer_func / _hash)
+    gc_detect: bool = True  # torch_npu: record Python garbage collections (torch.gc_record)
     slice_bytes: int = DEFAULT_SLICE_BYTES
     target_bytes: int | None = None
 
@@ -117,6 +122,16 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
     @property
     def profile(self) -> ChipProfile:
         return CHIPS[self.chip]
+
+    @property
+    def python_tracer(self) -> bool:
+        """Whether the run writes torch_npu's Python tracer files."""
+        return self.framework == "torch_npu" and self.with_stack
+
+    @property
+    def gc_records(self) -> bool:
+        """Whether the run writes torch_npu's GC records."""
+        return self.framework == "torch_npu" and self.gc_detect
 
     @property
     def pmu_events(self) -> tuple[int, ...]:

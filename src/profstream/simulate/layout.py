@@ -31,6 +31,7 @@ import numpy as np
 
 from profstream.simulate.clock import CNTVCT_DIFF, HOST_FREQ_MHZ, DeviceClock, HostClock
 from profstream.simulate.config import SimulationConfig
+from profstream.simulate.python_tracer import GC_THRESHOLD_MS
 from profstream.simulate.writer import write_control
 
 HOSTNAME = "sim-node"
@@ -282,7 +283,7 @@ def write_end_files(
                 "schedule": {"wait": 0, "active": config.steps, "warmup": 1, "repeat": 1, "skip_first": 0},
                 "record_shapes": True,
                 "profile_memory": True,
-                "with_stack": False,
+                "with_stack": config.python_tracer,
                 "with_flops": False,
                 "with_modules": False,
             },
@@ -295,7 +296,7 @@ def write_end_files(
                 "record_op_args": False,
                 "_export_type": ["text"],
                 "_op_attr": False,
-                "_gc_detect_threshold": None,
+                "_gc_detect_threshold": GC_THRESHOLD_MS if config.gc_records else None,
             },
         },
         "start_info": {

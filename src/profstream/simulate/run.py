@@ -11,6 +11,14 @@ from profstream.events import SIMULATION_WRITTEN, get_logger
 from profstream.simulate.clock import DeviceClock, HostClock, device_clock, host_clock
 from profstream.simulate.config import SimulationConfig
 from profstream.simulate.layout import Layout, make_layout, write_end_files, write_start_files
+from profstream.simulate.python_tracer import (
+    CallModel,
+    ThreadTracer,
+    gc_rows,
+    hash_rows,
+    module_objects,
+    optimizer_ns,
+)
 from profstream.simulate.records import (
     DeviceContext,
     HostKey,
@@ -45,7 +53,12 @@ FRAMEWORK_FILES = {
     "torch_op_range": "torch.op_range",
     "torch_op_mark": "torch.op_mark",
     "torch_memory_usage": "torch.memory_usage",
+    "torch_python_tracer_func": "torch.python_tracer_func",
+    "torch_python_tracer_hash": "torch.python_tracer_hash",
+    "torch_gc_record": "torch.gc_record",
 }
+#: families left out of ``target_bytes``, so that a budgeted run writes the same other streams with them
+UNBUDGETED = frozenset({"torch_python_tracer_func", "torch_python_tracer_hash", "torch_gc_record"})
 START_DELAY_NS = 50_000_000  # from the host start log to the first simulated event
 END_DELAY_NS = 1_000_000
 
@@ -104,6 +117,8 @@ class RankRun:
     step: int = 0  # steps written so far
     index: int = 0  # chunks written so far
     origin: int = 0  # where the next chunk starts (host ns)
+    tracers: list[ThreadTracer] = field(default_factory=list)  # one per device's Python thread
+    gc: list[Rows] = field(default_factory=list)  # GC records, written at stop
     layout: Layout = field(init=False)
     clock: HostClock = field(init=False)
     start_ns: int = field(init=False)
@@ -148,6 +163,13 @@ class RankRun:
             for k, dev in enumerate(clocks)
         ]
         self.workloads = [Workload(cfg, self.template, self.rank, k) for k in range(len(device_ids))]
+        if cfg.python_tracer:
+            model = CallModel.of(self.template)
+            objects = 1 + max(c.instance for c in model.calls)
+            self.tracers = [
+                ThreadTracer(model, clock, ctx.pid, ctx.py_tid, module_objects(ctx.pid, k, objects))
+                for k, ctx in enumerate(self.contexts)
+            ]
         for (family, aging), rows in host_start_rows(self.contexts[0], start_ns).items():
             self._write(family, -1, aging, rows)
         self.origin = start_ns + GRID_NS * 250
@@ -171,6 +193,18 @@ class RankRun:
                     host.setdefault((rows.family, ""), []).append(rows)
             if self.truth is not None:
                 self.truth.add(chunk, ctx.device_id)
+        for k, (tracer, chunk) in enumerate(zip(self.tracers, chunks, strict=False)):  # none: no tracer
+            rows, calls = tracer.rows(chunk, optimizer_ns(cfg.seed, self.rank, k, self.index, steps))
+            host.setdefault((rows.family, ""), []).append(rows)
+            if self.truth is not None:
+                self.truth.add_python_calls(calls)
+        if cfg.gc_records:
+            rows, collections = gc_rows(
+                chunks, self.clock, self.layout.pid, seed=cfg.seed, rank=self.rank, index=self.index
+            )
+            self.gc.append(rows)
+            if self.truth is not None:
+                self.truth.add_gc(collections)
         for (family, aging), parts in host.items():
             self._write(family, -1, aging, concat(parts))
         self.step, self.index, self.origin = step + steps, self.index + 1, chunks[0].end
@@ -179,7 +213,8 @@ class RankRun:
         return self.written >= budget
 
     def finish(self) -> None:
-        """Flush every stream (its last ``.done``) and write the end files."""
+        """Write what torch_npu writes at stop, flush every stream (last ``.done``), write the end files."""
+        self._stop_framework()
         for writer in self.writers.values():
             writer.close()
         write_end_files(
@@ -191,6 +226,19 @@ class RankRun:
             end_ns=self.origin + END_DELAY_NS,
         )
 
+    def _stop_framework(self) -> None:
+        """The Python tracer's start frames and names, and the GC records: written when profiling stops."""
+        if self.tracers:
+            frames = [tracer.start_frames(self.start_ns) for tracer in self.tracers]
+            self._write("torch_python_tracer_func", -1, "", concat([rows for rows, _ in frames]))
+            names = {key: name for tracer in self.tracers for key, name in tracer.names.items()}
+            self._write("torch_python_tracer_hash", -1, "", hash_rows(names))
+            if self.truth is not None:
+                for _, calls in frames:
+                    self.truth.add_python_calls(calls)
+        if self.gc:
+            self._write("torch_gc_record", -1, "", concat(self.gc))
+
     def _write(self, family: str, device_id: int, aging: str, rows: Rows) -> None:
         if not len(rows):
             return
@@ -201,7 +249,8 @@ class RankRun:
         data = encode(rows)
         writer.write(data, int(rows.times.min()), int(rows.times.max()))
         self.records[key] = self.records.get(key, 0) + len(rows)
-        self.written += len(data)
+        if family not in UNBUDGETED:
+            self.written += len(data)
 
     def _open(self, family: str, device_id: int, aging: str) -> Writer:
         seed, size = self.config.seed + self.rank, self.config.slice_bytes

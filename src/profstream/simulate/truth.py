@@ -16,6 +16,15 @@ Files written to the truth directory:
   |computing union communication|. Touching intervals merge (msprof's rule,
   which does not change lengths). Every task of a step lies inside its window
   by construction, so no clipping is needed;
+- ``python_calls.parquet``: the ``python_function`` events torch_npu draws from
+  the Python tracer's files (torch_npu runs with ``with_stack``; empty
+  otherwise): pid, tid, start/end ns on the host monotonic clock, name as
+  printed (module calls as ``nn.Module: <class>_<n>``), kind (python, module,
+  c), Python id, parent id, module id (null unless a module call). Computed
+  from the call model's fixed step structure
+  (:mod:`profstream.simulate.python_tracer`), not by replaying the records;
+- ``gc.parquet``: the GC records (pid, tid = pid as torch_npu gives it,
+  start/end ns);
 - ``counts.parquet``: records and bytes written per rank, device (-1 for host
   and framework files), family and aging group; decoding the files must give
   these record counts.
@@ -36,6 +45,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from profstream.simulate.python_tracer import CALLS_SCHEMA, GC_SCHEMA
 from profstream.simulate.workload import (
     GE_TYPE_NAMES,
     TAG_BP_END,
@@ -140,6 +150,8 @@ class Truth:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._tasks = pq.ParquetWriter(self.directory / "tasks.parquet", TASKS_SCHEMA)
         self._steps = pq.ParquetWriter(self.directory / "steps.parquet", STEPS_SCHEMA)
+        self._calls = pq.ParquetWriter(self.directory / "python_calls.parquet", CALLS_SCHEMA)
+        self._gc = pq.ParquetWriter(self.directory / "gc.parquet", GC_SCHEMA)
         t = self.template
         self._task_ix = np.flatnonzero(t.slot_kind >= 0)
         kinds = t.slot_kind[self._task_ix]
@@ -188,9 +200,17 @@ class Truth:
                 rows[name].append(value)
         self._steps.write_table(pa.table(rows, schema=STEPS_SCHEMA))
 
+    def add_python_calls(self, columns: dict[str, Any]) -> None:
+        """Rows of ``python_calls.parquet`` (:meth:`~profstream.simulate.python_tracer.ThreadTracer.rows`)."""
+        self._calls.write_table(pa.table(columns, schema=CALLS_SCHEMA))
+
+    def add_gc(self, columns: dict[str, Any]) -> None:
+        """Rows of ``gc.parquet``."""
+        self._gc.write_table(pa.table(columns, schema=GC_SCHEMA))
+
     def close(self, counts: list[dict[str, Any]]) -> None:
-        """Finish the task and step files and write the record counts."""
-        self._tasks.close()
-        self._steps.close()
+        """Finish the task, step, call and GC files and write the record counts."""
+        for writer in (self._tasks, self._steps, self._calls, self._gc):
+            writer.close()
         table = pa.Table.from_pylist(counts, schema=COUNTS_SCHEMA)
         pq.write_table(table, self.directory / "counts.parquet")
