@@ -301,7 +301,7 @@ class Planner:
                     task_queue=self._has("torch_op_mark"),
                     max_op_ns=FRAMEWORK_REORDER_NS,
                 ),
-                FrameworkSteps(joined, communication=communication),
+                FrameworkSteps(joined, communication=communication, task_queue=self._has("torch_op_mark")),
                 OperatorDetails(joined, communication),
             ]
         if framework and self._has("torch_python_tracer_func"):

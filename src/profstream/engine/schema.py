@@ -153,6 +153,7 @@ TABLES: Mapping[str, pa.Schema] = {
         ("dst_tid", I64),  # device tasks: stream id; null for a communication op
         ("dst_ns", I64),
         ("dst_group", DICT),  # a communication op's group (its thread on the HCCL layer), else null
+        ("correlation_id", I64),  # task queue: the enqueue/dequeue pair (async_npu: its dequeue window)
     ),
     # HCCL operators (Communication layer, communication_statistic, overlap)
     "comm": _schema(

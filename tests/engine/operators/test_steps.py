@@ -594,6 +594,52 @@ def test_framework_steps_count_the_kernels_torch_npu_counts() -> None:
     assert _framework_rows(drive_all(op, pushes)) == [(0, "framework", 1, 160, 400, 100, 200)]
 
 
+def async_npu(rows: Sequence[tuple[int, int, int]]) -> pa.RecordBatch:
+    """``async_npu`` flows (source op start, correlation id, kernel start) to stream-7 kernels of device 0,
+    and one ``async_task_queue`` flow, which steps ignore."""
+    return conform(
+        TABLES["flows"],
+        {
+            "kind": pa.array(["async_npu"] * len(rows) + ["async_task_queue"], pa.string()),
+            "src_ns": pa.array([r[0] for r in rows] + [0], pa.int64()),
+            "correlation_id": pa.array([r[1] for r in rows] + [1], pa.int64()),
+            "dst_device_id": pa.array([0] * len(rows) + [None], pa.int32()),
+            "dst_tid": pa.array([7] * len(rows) + [9], pa.int64()),
+            "dst_ns": pa.array([r[2] for r in rows] + [5], pa.int64()),
+        },
+    )
+
+
+def test_framework_steps_with_a_task_queue_follow_the_correlation_ids() -> None:
+    """With a task queue a kernel belongs to the step its enqueue's op is in (the flow's source), even
+    when the dequeue thread launched it after the step ended; the smallest and largest correlation ids
+    of a step give its first and last kernels, whatever their launch times."""
+    op = FrameworkSteps([0], task_queue=True)
+    assert op.inputs == ("ops", at("tasks", 0), "flows")
+    kernels = tasks_batch(
+        [(150, 160, 170), (120, 180, 185), (210, 230, 260), (250, 300, 330), (260, 400, 410)]
+    )
+    kernels = kernels.set_column(
+        kernels.schema.get_field_index("stream_id"), "stream_id", pa.array([7] * 5, pa.int32())
+    )
+    flows = async_npu([(110, 12, 160), (105, 11, 180), (190, 13, 230), (205, 14, 300)])  # none to 400
+    pushes = [
+        ("ops", ops_batch([("ProfilerStep#1", None, 100, 200), ("ProfilerStep#2", None, 200, 300)]), 0),
+        (at("tasks", 0), kernels, 0),
+        ("flows", flows, 0),
+    ]
+    with capture_logs() as logs:
+        rows = drive_all(op, pushes)
+    assert _framework_rows(rows) == [
+        (0, "framework", 1, 180, 260, 100, 200),  # ids 11..13: 11 starts it, 13 (launched at 210) ends it
+        (0, "framework", 2, 300, 330, 200, 300),
+    ]
+    reasons = {e.get("reason"): e.get("count") for e in logs}
+    assert reasons["kernel without an async_npu flow"] == 1
+    for cut in range(len(pushes) + 1):
+        _split_run(lambda: FrameworkSteps([0], task_queue=True), pushes, cut)
+
+
 def drive_all(op: Operator, pushes: Iterable[tuple[str, pa.RecordBatch, int]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for stream, batch, mark in pushes:

@@ -25,7 +25,8 @@ Rules (specs/framework_outputs.md; torch_npu ``prof_parse/_fwk_file_parser.py``,
 * **Flows** (§3.1): ``async_task_queue`` from each enqueue to the dequeue with its correlation id
   (id = correlation id); ``fwdbwd`` per sequence number from the latest forward op (``Fwd thread
   id`` 0) to the latest backward op, only when their threads differ (id = sequence number);
-  ``async_npu`` from a torch op to each NPU kernel it launched (id = a running counter, as torch_npu's
+  ``async_npu`` from a torch op to each NPU kernel it launched (``correlation_id``: that of the
+  dequeue window the kernel was launched in, with the task queue; id = a running counter, as torch_npu's
   current ``TraceEventManager`` numbers them; its versions of early 2025, which wrote the real traces in
   shared/realdata, used the kernel's start in ns, which collides). A kernel is what torch_npu takes
   from msprof's HostToDevice flow ends (:mod:`~profstream.engine.operators.launches`): a device task
@@ -171,6 +172,7 @@ def _stack_flows(parts: list[Columns], groups: Sequence[str]) -> pa.RecordBatch:
             "dst_device_id": nullable(joined.pop("dst_device_id")),
             "dst_pid": nullable(joined.pop("dst_pid")),
             "dst_tid": nullable(joined.pop("dst_tid")),
+            "correlation_id": nullable(joined.pop("correlation_id")),
             "dst_group": pa.DictionaryArray.from_arrays(
                 pa.array(group.astype(np.int32), mask=group == NULL), pa.array(groups, pa.string())
             ),
@@ -573,6 +575,7 @@ class FrameworkOps(Operator):
             "dst_tid": dst["dst_tid"],
             "dst_ns": dst["dst_ns"],
             "dst_group": dst.get("dst_group", none),
+            "correlation_id": dst.get("correlation_id", none),
         }
 
     def _queue_flows(self) -> Columns:
@@ -591,7 +594,12 @@ class FrameworkOps(Operator):
             ASYNC_TASK_QUEUE,
             enq["corr"][ei],
             (enq["pid"][ei], enq["tid"][ei], enq["start"][ei]),
-            {"dst_pid": deq["pid"][di], "dst_tid": deq["tid"][di], "dst_ns": deq["start"][di]},
+            {
+                "dst_pid": deq["pid"][di],
+                "dst_tid": deq["tid"][di],
+                "dst_ns": deq["start"][di],
+                "correlation_id": enq["corr"][ei],
+            },
         )
 
     def _npu_flows(self, until: int) -> Columns:
@@ -604,10 +612,10 @@ class FrameworkOps(Operator):
         done = take(done, order)
         launch = done["launch"]
         if self.task_queue:
-            src = self._owner_of_launch(launch)
+            *src, corr = self._owner_of_launch(launch)
         else:
             hit = stab(self._live["start"], self._live["end"], launch)
-            src = gather(self._live, hit, ("pid", "tid", "start"))
+            src, corr = list(gather(self._live, hit, ("pid", "tid", "start"))), np.full(launch.size, NULL)
         linked = src[2] != NULL
         self._counts["kernels_without_op"] += int((~linked).sum())
         ids = self._next_flow + np.arange(int(linked.sum()), dtype=np.int64)
@@ -621,11 +629,13 @@ class FrameworkOps(Operator):
                 "dst_tid": done["stream_id"][linked],
                 "dst_ns": done["start"][linked],
                 "dst_group": done["group"][linked],
+                "correlation_id": corr[linked],
             },
         )
 
     def _owner_of_launch(self, launch: Int64Array) -> tuple[Int64Array, ...]:
-        """pid, tid, start of the op owning the dequeue window around each launch (NULL if none)."""
+        """pid, tid, start of the op owning the dequeue window around each launch, and the window's
+        correlation id (NULL if none)."""
         deq = self._deq
         by_start = np.argsort(deq["start"], kind="stable")
         starts, corrs = deq["start"][by_start], deq["corr"][by_start]
@@ -636,7 +646,8 @@ class FrameworkOps(Operator):
         window = np.where(inside, first, -1)
         (corr,) = gather({"corr": corrs}, window, ("corr",))
         owner = np.where(window >= 0, find(self._enq["corr"], corr), -1)
-        return gather(self._enq, owner, ("op_pid", "op_tid", "op_start"))
+        pid, tid, start = gather(self._enq, owner, ("op_pid", "op_tid", "op_start"))
+        return pid, tid, start, np.where(start != NULL, corr, NULL)
 
     def _fwdbwd_flows(self, until: int) -> Columns:
         """``fwdbwd`` for sequence numbers whose forward op is ``max_op_ns`` behind the horizon."""

@@ -59,7 +59,8 @@ import pyarrow.compute as pc
 from profstream.engine.kernels import overlap as kernels
 from profstream.engine.kernels._dispatch import FLUSH, NULL
 from profstream.engine.kernels.overlap import _CURSOR, _OPEN_START, _PIECE, CombineState, Intervals, SetOp
-from profstream.engine.operators.steps import FRAMEWORK_STEPS, count, ints, report
+from profstream.engine.operators._state import ints
+from profstream.engine.operators.steps import FRAMEWORK_STEPS, count, report
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 

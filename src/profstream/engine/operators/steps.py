@@ -70,10 +70,16 @@ launch (``launch_ns``, the start of the launching API, i.e. the flow's start) li
 host end]`` of a
 top-level ``ProfilerStep#<n>`` op belong to step n; the earliest launch gives ``start_ns`` = its
 tasks' earliest start, the latest launch gives the device end = its tasks' latest end; the row
-spans ``[device start (host start if none), max(device end, host end)]``. torch_npu drops every step
-when one step launched nothing; here such a step gets its host range (counted). With a task queue
-torch_npu maps launches to steps through enqueue/dequeue correlation ids instead; that variant is
-not implemented (the launch window is what the device data gives directly). A step is final once
+spans ``[device start (host start if none), max(device end, host end)]``. With a task queue
+(``task_queue``) torch_npu goes through the correlation ids instead: a kernel belongs to the step
+whose op subtree enqueued the correlation id of the dequeue window it was launched in, and the
+smallest and largest such ids of a step give its first and last kernels. Here that is the kernel's
+``async_npu`` flow (``flows``): it starts at the op the enqueue was attached to, a descendant of the
+step exactly when it starts inside the step's host range (FrameworkOps nests torch ops of every thread
+by time), and carries the window's ``correlation_id``, which orders the kernels in place of the launch
+time. A kernel without such a flow (its enqueue under no op) counts for no step, as in torch_npu.
+torch_npu drops every step when one step launched nothing; here such a step gets its host range
+(counted). A step is final once
 the watermark is ``settle_ns`` past its host end, plus how far behind their launch kernels come
 (:class:`~profstream.engine.operators._state.KernelReach`); a task arriving for a step already
 emitted is counted as late.
@@ -93,7 +99,7 @@ import pyarrow.compute as pc
 
 from profstream.codecs import training_trace as legacy_codec
 from profstream.codecs import ts_track
-from profstream.engine.operators._state import KernelReach
+from profstream.engine.operators._state import KernelReach, ints
 from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
@@ -514,11 +520,6 @@ def _collect(it: _Open, time: int, tag: int, stream: int, counts: dict[str, int]
         count(counts, "all-reduce end without a start")
 
 
-def ints(values: pa.Array | pa.ChunkedArray) -> I64:
-    """An Arrow integer column without nulls as an int64 numpy array."""
-    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def _stack(columns: Sequence[Any], n: int) -> I64:
     out = np.empty((_FIELDS, n), np.int64)
     for row, values in enumerate(columns):
@@ -577,13 +578,24 @@ _FIRST_LAUNCH, _FIRST_START, _LAST_LAUNCH, _LAST_END = range(4)
 _NULL = int(np.iinfo(np.int64).min)
 # known steps: number, host start, host end
 _NUMBER, _HOST_START, _HOST_END = range(3)
+_KEY = np.dtype([("stream", np.int64), ("start", np.int64)])
+
+
+def _find_rows(streams: I64, starts: I64, stream: I64, start: I64) -> I64:
+    """Where each (stream, start) is among the rows sorted by (stream, start); -1 where absent."""
+    rows, wanted = np.empty(streams.size, _KEY), np.empty(stream.size, _KEY)
+    rows["stream"], rows["start"], wanted["stream"], wanted["start"] = streams, starts, stream, start
+    at = np.searchsorted(rows, wanted)
+    found = at < rows.size
+    found[found] = rows[at[found]] == wanted[found]
+    return np.where(found, at, -1)
 
 
 class FrameworkSteps(Operator):
     """torch_npu's device step ranges (``kind`` framework) per device; see the module docstring.
 
     Inputs ``ops`` and ``tasks@<d>`` for each of ``device_ids`` (and ``comm@<d>`` for each of
-    ``communication``); outputs ``framework_steps@<d>``.
+    ``communication``; ``flows`` with ``task_queue``); outputs ``framework_steps@<d>``.
     ``max_pending`` bounds the tasks kept per device while their step has not been seen (the oldest
     are dropped, counted).
     """
@@ -593,20 +605,26 @@ class FrameworkSteps(Operator):
         device_ids: Sequence[int],
         *,
         communication: Sequence[int] = (),
+        task_queue: bool = False,
         settle_ns: int = 1_000_000_000,
         max_pending: int = 1 << 20,
     ) -> None:
         self.device_ids = tuple(device_ids)
+        self.task_queue = task_queue
         self.settle_ns = settle_ns
         self.max_pending = max_pending
         self._device_of = {at("tasks", d): k for k, d in enumerate(self.device_ids)}
         self._comm_of = {at("comm", d): self.device_ids.index(d) for d in communication}
-        self.inputs = ("ops", *self._device_of, *self._comm_of)
+        self.inputs = ("ops", *self._device_of, *self._comm_of, *(("flows",) if task_queue else ()))
         self.outputs = tuple(at(FRAMEWORK_STEPS, d) for d in self.device_ids)
         n = len(self.device_ids)
         self._steps: I64 = np.empty((3, 0), np.int64)
         self._acc: I64 = np.empty((n, 4, 0), np.int64)
-        self._pending: list[I64] = [np.empty((3, 0), np.int64) for _ in range(n)]  # launch, start, end
+        # per device, rows (time that finds the step, order within it, start, end): launch, launch,
+        # start, end without a task queue; flow source, correlation id, start, end with it
+        self._pending: list[I64] = [np.empty((4, 0), np.int64) for _ in range(n)]
+        # task queue: kernels (stream, NULL for a communication op; start; end) waiting for their flow
+        self._kernels: list[I64] = [np.empty((3, 0), np.int64) for _ in range(n)]
         self._last_end = _NULL  # host end of the latest step seen
         self._reach = KernelReach()
         self._counts: dict[str, int] = {}
@@ -617,6 +635,9 @@ class FrameworkSteps(Operator):
             for k in range(len(self.device_ids)):
                 self._assign(k)
             return
+        if stream == "flows":
+            self._add_flows(batch)
+            return
         if stream in self._comm_of:
             k, kernels = self._comm_of[stream], op_flow_ends(batch)
         else:
@@ -624,15 +645,38 @@ class FrameworkSteps(Operator):
         count(self._counts, "task without a launch time", batch.column("launch_ns").null_count)
         spans = pc.and_(pc.is_valid(batch["start_ns"]), pc.is_valid(batch["end_ns"]))
         kept = batch.filter(pc.and_(kernels, spans))
-        rows = np.stack(
-            [
-                kept.column(c).to_numpy(zero_copy_only=False).astype(np.int64)
-                for c in ("launch_ns", "start_ns", "end_ns")
-            ]
-        )
-        self._reach.saw(rows[0])
-        self._pending[k] = np.concatenate([self._pending[k], rows], axis=1)
+        launch, start, end = (ints(kept.column(c)) for c in ("launch_ns", "start_ns", "end_ns"))
+        self._reach.saw(launch)
+        if self.task_queue:
+            comm_op = "stream_id" not in kept.schema.names  # a communication op: no stream
+            stream_id = np.full(launch.size, _NULL, np.int64) if comm_op else ints(kept.column("stream_id"))
+            self._kernels[k] = np.concatenate([self._kernels[k], np.stack([stream_id, start, end])], axis=1)
+            return
+        self._pending[k] = np.concatenate([self._pending[k], np.stack([launch, launch, start, end])], axis=1)
         self._assign(k)
+
+    def _add_flows(self, batch: pa.RecordBatch) -> None:
+        """Kernels whose ``async_npu`` flow came: credited by its source and correlation id."""
+        kind = batch.column("kind").cast(pa.string())
+        npu = pc.and_(pc.equal(kind, "async_npu"), pc.is_valid(batch["correlation_id"]))
+        flows = batch.filter(pc.fill_null(npu, False))
+        device = ints(flows.column("dst_device_id"))
+        for k, device_id in enumerate(self.device_ids):
+            mine = flows.filter(pa.array(device == device_id))
+            if not mine.num_rows:
+                continue
+            held = self._kernels[k]
+            stream, start = ints(mine.column("dst_tid")), ints(mine.column("dst_ns"))
+            keys = np.lexsort((held[1], held[0]))
+            found = _find_rows(held[0][keys], held[1][keys], stream, start)
+            hit = found >= 0
+            count(self._counts, "flow without its kernel", int((~hit).sum()))
+            row = keys[found[hit]]
+            rows = np.stack([ints(mine.column("src_ns"))[hit], ints(mine.column("correlation_id"))[hit]])
+            rows = np.concatenate([rows, held[1:, row]])
+            self._kernels[k] = np.delete(held, row, axis=1)
+            self._pending[k] = np.concatenate([self._pending[k], rows], axis=1)
+            self._assign(k)
 
     def _add_steps(self, batch: pa.RecordBatch) -> None:
         names = batch.column("name")
@@ -664,7 +708,8 @@ class FrameworkSteps(Operator):
         self._last_end = max(self._last_end, int(new[_HOST_END].max()))
 
     def _assign(self, k: int) -> None:
-        """Credit device ``k``'s pending tasks to the known steps whose host range holds their launch."""
+        """Credit device ``k``'s pending kernels to the known steps whose host range holds their launch
+        (with a task queue: their flow's source)."""
         tasks = self._pending[k]
         if not tasks.shape[1]:
             return
@@ -675,7 +720,7 @@ class FrameworkSteps(Operator):
         inside = step < self._steps.shape[1]
         inside[inside] &= self._steps[_HOST_START][step[inside]] <= launch[inside]
         if inside.any():
-            self._credit(k, step[inside], tasks[:, inside])
+            self._credit(k, step[inside], tasks[1:, inside])
         # a task launched before the latest known step's end and outside every step can never match
         outside = ~inside & (launch <= self._last_end)
         count(self._counts, "task launched outside every open ProfilerStep", int(outside.sum()))
@@ -687,6 +732,8 @@ class FrameworkSteps(Operator):
         self._pending[k] = rest
 
     def _credit(self, k: int, step: I64, tasks: I64) -> None:
+        """Kernels (order, start, end) of each ``step``: the first in order gives the device start, the
+        last the device end (the launch time, or the correlation id with a task queue)."""
         acc = self._acc[k]
         launch, start, end = tasks
         first = np.lexsort((start, launch, step))  # per step: earliest launch, then its earliest start
@@ -706,6 +753,10 @@ class FrameworkSteps(Operator):
 
     def advance(self, watermark: int) -> list[Emit]:
         self._reach.advance(watermark)
+        for k, held in enumerate(self._kernels):  # no flow can still come to a kernel started before
+            stale = held[1] < watermark  # the flows' watermark: its source op started before its launch
+            count(self._counts, "kernel without an async_npu flow", int(stale.sum()))
+            self._kernels[k] = held[:, ~stale]
         limit = watermark - self.settle_ns - self._reach.reach(unknown=0) if watermark != DONE else DONE
         return self._emit(self._steps[_HOST_END] <= limit)
 
@@ -713,6 +764,9 @@ class FrameworkSteps(Operator):
         for k, tasks in enumerate(self._pending):
             count(self._counts, "task launched outside every ProfilerStep", tasks.shape[1])
             self._pending[k] = tasks[:, :0]
+        for k, held in enumerate(self._kernels):
+            count(self._counts, "kernel without an async_npu flow", held.shape[1])
+            self._kernels[k] = held[:, :0]
         out = self._emit(np.ones(self._steps.shape[1], np.bool_))
         report("framework_steps", None, self._counts)
         return out
@@ -750,6 +804,7 @@ class FrameworkSteps(Operator):
                 "steps": self._steps,
                 "acc": self._acc,
                 "pending": self._pending,
+                "kernels": self._kernels,
                 "last_end": self._last_end,
                 "reach": self._reach.state(),
                 "counts": self._counts,
@@ -759,5 +814,6 @@ class FrameworkSteps(Operator):
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
         self._steps, self._acc, self._pending = doc["steps"], doc["acc"], doc["pending"]
+        self._kernels = doc["kernels"]
         self._last_end, self._counts = doc["last_end"], doc["counts"]
         self._reach = KernelReach(doc["reach"])
