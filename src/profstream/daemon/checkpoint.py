@@ -65,8 +65,8 @@ class Gap(msgspec.Struct, frozen=True):
 #: with hbm.data; 5: the settled-launch stores as held, text as codes; 6: Memory's name dictionary
 #: limit; operator states compressed; 7: Communication's ops keep their node API's thread; 8: FrameworkOps'
 #: kernels include communication ops, with their group, OperatorDetails holds ``comm`` batches, and
-#: Overlap keeps the first torch op's start; 9: the
-#: PythonTracer and GcRecords operators of a collection with torch.python_tracer_func / torch.gc_record), so
+#: Overlap keeps the first torch op's start; 9: the PythonTracer and GcRecords operators of a collection
+#: with torch.python_tracer_func / torch.gc_record, and FrameworkSteps' kernels waiting for their flows), so
 #: that another version refuses a checkpoint instead of misreading it
 STATE_FORMAT = 9
 
