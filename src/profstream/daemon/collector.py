@@ -41,6 +41,10 @@ Choices (the issue leaves them open):
   (``hash_dic``, ``type_info_dic``, read whole when planning) that grow, make the daemon start the
   collection over (delete its outputs and checkpoint, re-plan, re-read), which keeps the result
   exact; once raw data was aged that is impossible, so the new stream is then ignored and logged.
+  The files torch_npu writes when profiling stops (:data:`AT_STOP_FAMILIES`: the Python tracer's
+  names and start frames, the GC records) would always start a followed run over at its end, doubling
+  its lag; they are left out and logged instead (the planner also leaves the tracer out until its
+  names exist, ``plan.Planner._tracer_names_known``).
 * A restart plans with the streams the checkpoint names, so the snapshot restores into the same
   operators.
 * ``--storage-limit`` ages the watched PROF dirs with :class:`~profstream.daemon.aging.AgingPolicy`
@@ -171,6 +175,10 @@ WINDOW_STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
 WINDOWS_IN_FLIGHT = 2
 #: dictionaries the planner reads whole: their growth means re-planning
 _SIDE_TABLES = ("hash_dic", "type_info_dic")
+#: FRAMEWORK files torch_npu writes when profiling stops (the Python tracer's names and start frames,
+#: ``Python GC`` records): appearing after the collection was planned, they are left out (logged)
+#: instead of starting the whole collection over at its end
+AT_STOP_FAMILIES = frozenset({"torch_python_tracer_func", "torch_python_tracer_hash", "torch_gc_record"})
 _SLICE_NUMBER = re.compile(r"slice_\d+$")
 #: ``--layout`` of the window directories: ``auto`` picks torch_npu or msprof per collection
 WindowLayout = Literal["auto", "msprof", "torch_npu", "parquet"]
@@ -265,8 +273,14 @@ def _data_dirs(profile: discovery.Profile) -> list[discovery.DataDir]:
     return [d for d in (profile.host, *profile.devices, profile.framework) if d is not None]
 
 
-def _stream_keys(profile: discovery.Profile) -> set[str]:
-    return {stream_key(s) for d in _data_dirs(profile) for s in d.streams}
+def _stream_keys(profile: discovery.Profile, *, at_stop: bool = True) -> set[str]:
+    """The keys of the collection's streams (without ``at_stop``, not those of AT_STOP_FAMILIES)."""
+    return {
+        stream_key(s)
+        for d in _data_dirs(profile)
+        for s in d.streams
+        if at_stop or s.family not in AT_STOP_FAMILIES
+    }
 
 
 def _held(wanted: Iterable[str]) -> set[str]:
@@ -419,6 +433,7 @@ class CollectionRunner:
         self.pipeline: Pipeline | None = None
         self.wanted: set[str] = set()
         self.planned_keys: set[str] = set()
+        self.left_out: set[str] = set()  # streams of AT_STOP_FAMILIES that came after planning
         self.side_bytes = 0
         self.window = -1
         self.snapshot = b""  # of the committed window
@@ -499,7 +514,7 @@ class CollectionRunner:
         if self._grew(profile):
             if self.aged_any or self.gaps:
                 if not self.ignored_logged:
-                    new = sorted(_stream_keys(profile) - self.planned_keys)
+                    new = sorted(_stream_keys(profile, at_stop=False) - self.planned_keys)
                     self.log.warning(
                         events.REPLANNED, done=False, new_streams=new, reason="raw data already aged"
                     )
@@ -522,7 +537,17 @@ class CollectionRunner:
         return self.assumed_syscnt is not None and not self.assumption_checked
 
     def _grew(self, profile: discovery.Profile) -> bool:
-        return bool(_stream_keys(profile) - self.planned_keys) or _side_bytes(profile) != self.side_bytes
+        stopped = _stream_keys(profile) - _stream_keys(profile, at_stop=False) - self.planned_keys
+        if stopped - self.left_out:
+            self.log.warning(
+                events.REPLANNED,
+                done=False,
+                new_streams=sorted(stopped - self.left_out),
+                reason="written when profiling stopped; a collection followed live leaves them out",
+            )
+            self.left_out |= stopped
+        new = _stream_keys(profile, at_stop=False) - self.planned_keys
+        return bool(new) or _side_bytes(profile) != self.side_bytes
 
     def _plan(self, profile: discovery.Profile, resume: ckpt.Checkpoint | None) -> None:
         keys = _stream_keys(profile) if resume is None else set(resume.streams)
@@ -647,7 +672,7 @@ class CollectionRunner:
 
     def _start_over(self, profile: discovery.Profile) -> None:
         """New streams or grown dictionaries before anything was aged: re-plan from the start."""
-        new = sorted(_stream_keys(profile) - self.planned_keys)
+        new = sorted(_stream_keys(profile, at_stop=False) - self.planned_keys)
         self.close()
         self.checkpoint_path.unlink(missing_ok=True)
         ckpt.fsync_dir(self.out) if self.out.exists() else None

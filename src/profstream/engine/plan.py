@@ -304,7 +304,7 @@ class Planner:
                 FrameworkSteps(joined, communication=communication, task_queue=self._has("torch_op_mark")),
                 OperatorDetails(joined, communication),
             ]
-        if framework and self._has("torch_python_tracer_func"):
+        if framework and self._has("torch_python_tracer_func") and self._tracer_names_known():
             ops.append(self._python_tracer())
         if framework and self._has("torch_gc_record"):
             ops.append(GcRecords())
@@ -322,6 +322,13 @@ class Planner:
                 )
             )
         return ops
+
+    def _tracer_names_known(self) -> bool:
+        """Whether the Python tracer's names can be known: torch_npu writes ``torch.python_tracer_hash``
+        when profiling stops, so a collection followed live before then leaves the tracer out (the
+        daemon does not start over for it either: ``daemon.collector.AT_STOP_FAMILIES``)."""
+        streams = self.feedset.streams(self.collection.framework, "torch_python_tracer_hash")
+        return self.feedset.follow is None or bool(streams)
 
     def _python_tracer(self) -> PythonTracer:
         """The Python tracer replay, with its names and the start frames at the end of its file
