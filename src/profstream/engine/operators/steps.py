@@ -99,6 +99,7 @@ import pyarrow.compute as pc
 
 from profstream.codecs import training_trace as legacy_codec
 from profstream.codecs import ts_track
+from profstream.engine.kernels.search import last_before
 from profstream.engine.operators._state import KernelReach, ints
 from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
@@ -578,16 +579,13 @@ _FIRST_LAUNCH, _FIRST_START, _LAST_LAUNCH, _LAST_END = range(4)
 _NULL = int(np.iinfo(np.int64).min)
 # known steps: number, host start, host end
 _NUMBER, _HOST_START, _HOST_END = range(3)
-_KEY = np.dtype([("stream", np.int64), ("start", np.int64)])
 
 
 def _find_rows(streams: I64, starts: I64, stream: I64, start: I64) -> I64:
     """Where each (stream, start) is among the rows sorted by (stream, start); -1 where absent."""
-    rows, wanted = np.empty(streams.size, _KEY), np.empty(stream.size, _KEY)
-    rows["stream"], rows["start"], wanted["stream"], wanted["start"] = streams, starts, stream, start
-    at = np.searchsorted(rows, wanted)
-    found = at < rows.size
-    found[found] = rows[at[found]] == wanted[found]
+    at = last_before(streams, starts, stream, start + 1)  # the last row of the stream at or before
+    found = at >= 0
+    found[found] = starts[at[found]] == start[found]
     return np.where(found, at, -1)
 
 
