@@ -156,10 +156,12 @@ class OperatorDetails(Operator):
             "self_aicore": zeros.copy(),
             "device": np.full(n, _NO_DEVICE, np.int64),
         }
-        order = np.argsort(np.r_[self._ops["id"], ids], kind="stable")
-        self._ops = take(concat(self._ops, new), order)
         texts = pa.table({name: _strings(batch, name) for name in _TEXTS.names}, schema=_TEXTS)
-        self._texts = pa.concat_tables([self._texts, texts]).take(pa.array(order, pa.int64()))
+        self._ops, self._texts = concat(self._ops, new), pa.concat_tables([self._texts, texts])
+        if np.any(np.diff(self._ops["id"]) < 0):  # ops come in op order: a reorder is the exception
+            order = np.argsort(self._ops["id"], kind="stable")
+            self._ops = take(self._ops, order)
+            self._texts = self._texts.take(pa.array(order, pa.int64()))
 
     def _add_kernels(self, batch: pa.RecordBatch) -> None:
         """Kernels: device tasks, or communication ops (no stream, never AI_CORE)."""
