@@ -640,6 +640,25 @@ def test_framework_steps_with_a_task_queue_follow_the_correlation_ids() -> None:
         _split_run(lambda: FrameworkSteps([0], task_queue=True), pushes, cut)
 
 
+def test_framework_steps_flows_of_one_key_take_distinct_kernels() -> None:
+    """Two kernels on one stream with one start (a MIX task's contexts) and a flow to each: each flow
+    takes its own kernel, so the longer one ends the step and none is left without a flow."""
+    op = FrameworkSteps([0], task_queue=True)
+    kernels = tasks_batch([(150, 160, 250), (150, 160, 170)])
+    stream = kernels.schema.get_field_index("stream_id")
+    kernels = kernels.set_column(stream, "stream_id", pa.array([7, 7], pa.int32()))
+    pushes = [
+        ("ops", ops_batch([("ProfilerStep#1", None, 100, 200)]), 0),
+        (at("tasks", 0), kernels, 0),
+        ("flows", async_npu([(110, 11, 160), (110, 11, 160)]), 0),
+    ]
+    with capture_logs() as logs:
+        rows = drive_all(op, pushes)
+    assert _framework_rows(rows) == [(0, "framework", 1, 160, 250, 100, 200)]  # the longer context ends it
+    reasons = {e.get("reason") for e in logs}
+    assert "kernel without an async_npu flow" not in reasons and "flow without its kernel" not in reasons
+
+
 def drive_all(op: Operator, pushes: Iterable[tuple[str, pa.RecordBatch, int]]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for stream, batch, mark in pushes:

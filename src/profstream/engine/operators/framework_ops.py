@@ -98,7 +98,7 @@ from profstream.engine.operators._state import (
     unpack_keyed,
 )
 from profstream.engine.operators.comm import NA
-from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
+from profstream.engine.operators.launches import kernel_rows
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -253,10 +253,8 @@ class FrameworkOps(Operator):
             self._add_pending(self._op_rows(batch))
         elif stream == "torch_op_mark":
             self._add_marks(batch)
-        elif stream in self._tasks_streams:
-            self._add_kernels(batch, task_flow_ends(batch))
-        elif stream in self._comm_streams:
-            self._add_kernels(batch, op_flow_ends(batch))
+        elif stream in self._tasks_streams or stream in self._comm_streams:
+            self._add_kernels(batch, ops=stream in self._comm_streams)
         else:
             raise self.unknown_input(stream)
 
@@ -381,17 +379,15 @@ class FrameworkOps(Operator):
         }
         self._deq = _upsert(self._deq, new)
 
-    def _add_kernels(self, batch: pa.RecordBatch, kernels: pa.Array) -> None:
-        """The rows of a ``tasks`` or ``comm`` batch that are kernels (``kernels``, a mask)."""
+    def _add_kernels(self, batch: pa.RecordBatch, *, ops: bool) -> None:
+        """The kernels of a ``tasks`` batch, or of a ``comm`` batch (``ops``: communication ops, on
+        their group's thread)."""
         self._counts["tasks_without_launch"] += batch.column("launch_ns").null_count
-        rows = batch.filter(kernels)
-        n = rows.num_rows
-        if "group_name" in rows.schema.names:  # communication ops: no stream, a group thread
+        rows, stream = kernel_rows(batch, ops=ops)
+        group = np.full(rows.num_rows, NULL, np.int64)
+        if ops:
             names = rows.column("group_name").cast(pa.string()).fill_null(NA).to_pylist()
-            stream = np.full(n, NULL, np.int64)
             group = np.array([self._groups.setdefault(g, len(self._groups)) for g in names], np.int64)
-        else:
-            stream, group = ints(rows.column("stream_id")), np.full(n, NULL, np.int64)
         new = {
             "device_id": ints(rows.column("device_id")),
             "stream_id": stream,

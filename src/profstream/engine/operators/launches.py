@@ -14,16 +14,21 @@ task's whole-task row, which the timeline leaves out for its sub-task rows
 
 torch_npu takes an op's kernels from exactly these ends (``CANNFileParser`` reads the flows of msprof's
 json; ``FwkCANNRelationParser`` links them to torch ops), so the framework operators select their
-kernels with the same two functions the msprof timeline draws the flows with. Flows to ACL
+kernels with the same two functions the msprof timeline draws the flows with (:func:`kernel_rows`),
+and find the kernel an ``async_npu`` flow ends on with :func:`claim_kernels`. Flows to ACL
 record/wait-event tasks (C++ ``aclEvent_``) are not drawn: the tasks table does not say which API
 launched a task.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from profstream.engine.kernels._dispatch import NULL, Int64Array
+from profstream.engine.operators._state import find, ints
+from profstream.engine.operators.api import dense_ids
 from profstream.engine.operators.statistics import sub_task_parents
 
 #: GE task types of HCCL tasks (the host join gives them their communication op's name)
@@ -50,3 +55,40 @@ def task_flow_ends(tasks: pa.RecordBatch) -> pa.Array:
 def op_flow_ends(comm: pa.RecordBatch) -> pa.Array:
     """Which ``comm`` rows (communication ops) a HostToDevice flow ends on: those with a launch."""
     return _launched(comm)
+
+
+def kernel_rows(batch: pa.RecordBatch, *, ops: bool) -> tuple[pa.RecordBatch, Int64Array]:
+    """The rows of a ``tasks`` batch (``ops`` False) or a ``comm`` batch (``ops`` True) that are kernels,
+    and each one's stream id: NULL for a communication op, which has none (an ``async_npu`` flow's
+    ``dst_tid`` is null there too)."""
+    rows = batch.filter(op_flow_ends(batch) if ops else task_flow_ends(batch))
+    stream = np.full(rows.num_rows, NULL, np.int64) if ops else ints(rows.column("stream_id"))
+    return rows, stream
+
+
+def claim_kernels(held: tuple[Int64Array, ...], flows: tuple[Int64Array, ...]) -> Int64Array:
+    """The held kernel (row) each flow ends on, -1 if none: the row whose key columns (``held``, e.g.
+    device, stream, start) equal the flow's (``flows``, the same columns). Flows of one key take
+    distinct kernels of it, in order (a MIX task's contexts may share a stream and a start)."""
+    n = held[0].size
+    if n == 0:
+        return np.full(flows[0].size, -1, np.int64)
+    ids = dense_ids(*(np.r_[h, f] for h, f in zip(held, flows, strict=True)))
+    ranked = dense_ids(ids, np.r_[_rank_within(ids[:n]), _rank_within(ids[n:])])
+    kernel_keys, flow_keys = ranked[:n], ranked[n:]
+    order = np.argsort(kernel_keys, kind="stable")
+    at = find(kernel_keys[order], flow_keys)
+    return np.where(at >= 0, order[np.maximum(at, 0)], -1).astype(np.int64)
+
+
+def _rank_within(keys: Int64Array) -> Int64Array:
+    """The rank of each row among the rows of its key, in row order."""
+    order = np.lexsort((np.arange(keys.size), keys))
+    sorted_keys = keys[order]
+    first = (
+        np.r_[0, np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1] if keys.size else np.zeros(0, int)
+    )
+    starts = np.repeat(first, np.diff(np.r_[first, keys.size]))
+    rank = np.empty(keys.size, np.int64)
+    rank[order] = np.arange(keys.size) - starts
+    return rank

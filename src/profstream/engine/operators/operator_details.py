@@ -60,7 +60,7 @@ from profstream.engine.operators._state import (
     take,
 )
 from profstream.engine.operators.api import dense_ids
-from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
+from profstream.engine.operators.launches import claim_kernels, kernel_rows
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -114,9 +114,9 @@ class OperatorDetails(Operator):
         for batch in self._inbox["ops"]:
             self._add_ops(batch)
         for batch in self._inbox["tasks"]:
-            self._add_kernels(batch.filter(task_flow_ends(batch)))
+            self._add_kernels(*kernel_rows(batch, ops=False))
         for batch in self._inbox["comm"]:
-            self._add_kernels(batch.filter(op_flow_ends(batch)))
+            self._add_kernels(*kernel_rows(batch, ops=True))
         for batch in self._inbox["flows"]:
             self._add_flows(batch)
         self._inbox = {"ops": [], "flows": [], "tasks": [], "comm": []}
@@ -163,14 +163,13 @@ class OperatorDetails(Operator):
             self._ops = take(self._ops, order)
             self._texts = self._texts.take(pa.array(order, pa.int64()))
 
-    def _add_kernels(self, batch: pa.RecordBatch) -> None:
-        """Kernels: device tasks, or communication ops (no stream, never AI_CORE)."""
+    def _add_kernels(self, batch: pa.RecordBatch, stream: Int64Array) -> None:
+        """Kernels (:func:`~profstream.engine.operators.launches.kernel_rows`): device tasks, or
+        communication ops (no stream, no task type: never AI_CORE)."""
         start = ints(batch.column("start_ns"))
-        if "stream_id" in batch.schema.names:
-            stream = ints(batch.column("stream_id"))
+        if "task_type" in batch.schema.names:
             aicore = pc.equal(batch.column("task_type").cast(pa.string()), AI_CORE).fill_null(False)
         else:
-            stream = np.full(batch.num_rows, NULL, np.int64)
             aicore = pa.array(np.zeros(batch.num_rows, np.bool_))
         new = {
             "device": ints(batch.column("device_id")),
@@ -186,8 +185,9 @@ class OperatorDetails(Operator):
         flows = batch.filter(npu)
         if not flows.num_rows:
             return
-        task = self._take_tasks(
-            ints(flows.column("dst_device_id")), ints(flows.column("dst_tid")), ints(flows.column("dst_ns"))
+        held = (self._tasks["device"], self._tasks["stream"], self._tasks["start"])
+        task = claim_kernels(
+            held, tuple(ints(flows.column(c)) for c in ("dst_device_id", "dst_tid", "dst_ns"))
         )
         linked = task >= 0
         self._counts["flows_without_task"] += int((~linked).sum())
@@ -208,22 +208,6 @@ class OperatorDetails(Operator):
         np.add.at(self._ops["self"], op, dur)
         np.add.at(self._ops["self_aicore"], op, dur * aicore)
         np.minimum.at(self._ops["device"], op, device)
-
-    def _take_tasks(self, device: Int64Array, stream: Int64Array, start: Int64Array) -> Int64Array:
-        """The held task (row) each flow points to, -1 if none; flows of one key take distinct tasks."""
-        held = rows(self._tasks)
-        if held == 0:
-            return np.full(device.size, -1, np.int64)
-        ids = dense_ids(
-            np.r_[self._tasks["device"], device],
-            np.r_[self._tasks["stream"], stream],
-            np.r_[self._tasks["start"], start],
-        )
-        ranked = dense_ids(ids, _rank_within(ids[:held], ids[held:]))
-        task_keys, flow_keys = ranked[:held], ranked[held:]
-        order = np.argsort(task_keys, kind="stable")
-        at_ = find(task_keys[order], flow_keys)
-        return np.where(at_ >= 0, order[np.maximum(at_, 0)], -1).astype(np.int64)
 
     def _find_ops(self, pid: Int64Array, tid: Int64Array, start: Int64Array) -> Int64Array:
         """The pending op (row) of each flow source, the deepest of equal keys; -1 if none."""
@@ -301,21 +285,3 @@ class OperatorDetails(Operator):
         self._ops, self._tasks = doc["ops"], doc["tasks"]
         self._texts = doc["texts"]
         self._counts = dict(doc["counts"])
-
-
-def _rank_within(*parts: Int64Array) -> Int64Array:
-    """For each part (tasks, flows) separately: the rank of each row among the rows of its key."""
-    out = []
-    for keys in parts:
-        order = np.lexsort((np.arange(keys.size), keys))
-        sorted_keys = keys[order]
-        first = (
-            np.r_[0, np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1]
-            if keys.size
-            else np.zeros(0, int)
-        )
-        starts = np.repeat(first, np.diff(np.r_[first, keys.size]))
-        rank = np.empty(keys.size, np.int64)
-        rank[order] = np.arange(keys.size) - starts
-        out.append(rank)
-    return np.concatenate(out) if out else np.zeros(0, np.int64)

@@ -99,9 +99,8 @@ import pyarrow.compute as pc
 
 from profstream.codecs import training_trace as legacy_codec
 from profstream.codecs import ts_track
-from profstream.engine.kernels.search import last_before
 from profstream.engine.operators._state import KernelReach, ints
-from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
+from profstream.engine.operators.launches import claim_kernels, kernel_rows
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 from profstream.events import RECORDS_UNMATCHED, get_logger
@@ -581,14 +580,6 @@ _NULL = int(np.iinfo(np.int64).min)
 _NUMBER, _HOST_START, _HOST_END = range(3)
 
 
-def _find_rows(streams: I64, starts: I64, stream: I64, start: I64) -> I64:
-    """Where each (stream, start) is among the rows sorted by (stream, start); -1 where absent."""
-    at = last_before(streams, starts, stream, start + 1)  # the last row of the stream at or before
-    found = at >= 0
-    found[found] = starts[at[found]] == start[found]
-    return np.where(found, at, -1)
-
-
 class FrameworkSteps(Operator):
     """torch_npu's device step ranges (``kind`` framework) per device; see the module docstring.
 
@@ -636,18 +627,17 @@ class FrameworkSteps(Operator):
         if stream == "flows":
             self._add_flows(batch)
             return
-        if stream in self._comm_of:
-            k, kernels = self._comm_of[stream], op_flow_ends(batch)
-        else:
-            k, kernels = self._device_of[stream], task_flow_ends(batch)
+        ops = stream in self._comm_of
+        k = self._comm_of[stream] if ops else self._device_of[stream]
         count(self._counts, "task without a launch time", batch.column("launch_ns").null_count)
-        spans = pc.and_(pc.is_valid(batch["start_ns"]), pc.is_valid(batch["end_ns"]))
-        kept = batch.filter(pc.and_(kernels, spans))
+        rows, stream_id = kernel_rows(batch, ops=ops)
+        spans = pc.and_(pc.is_valid(rows["start_ns"]), pc.is_valid(rows["end_ns"])).to_numpy(
+            zero_copy_only=False
+        )
+        kept, stream_id = rows.filter(pa.array(spans)), stream_id[spans]
         launch, start, end = (ints(kept.column(c)) for c in ("launch_ns", "start_ns", "end_ns"))
         self._reach.saw(launch)
         if self.task_queue:
-            comm_op = "stream_id" not in kept.schema.names  # a communication op: no stream
-            stream_id = np.full(launch.size, _NULL, np.int64) if comm_op else ints(kept.column("stream_id"))
             self._kernels[k] = np.concatenate([self._kernels[k], np.stack([stream_id, start, end])], axis=1)
             return
         self._pending[k] = np.concatenate([self._pending[k], np.stack([launch, launch, start, end])], axis=1)
@@ -664,12 +654,12 @@ class FrameworkSteps(Operator):
             if not mine.num_rows:
                 continue
             held = self._kernels[k]
-            stream, start = ints(mine.column("dst_tid")), ints(mine.column("dst_ns"))
-            keys = np.lexsort((held[1], held[0]))
-            found = _find_rows(held[0][keys], held[1][keys], stream, start)
+            found = claim_kernels(
+                (held[0], held[1]), (ints(mine.column("dst_tid")), ints(mine.column("dst_ns")))
+            )
             hit = found >= 0
             count(self._counts, "flow without its kernel", int((~hit).sum()))
-            row = keys[found[hit]]
+            row = found[hit]
             rows = np.stack([ints(mine.column("src_ns"))[hit], ints(mine.column("correlation_id"))[hit]])
             rows = np.concatenate([rows, held[1:, row]])
             self._kernels[k] = np.delete(held, row, axis=1)
