@@ -172,17 +172,14 @@ class PythonTracer(Operator):
     def _replay(self, records: Columns) -> None:
         records = take(records, np.argsort(records["time"], kind="stable"))
         tids = records["tid"]
-        for tid in dict.fromkeys(tids.tolist()):  # new threads, in the order they first appear
-            if tid not in self._thread_of:
-                self._thread_of[tid] = len(self._thread_of)
-                self._threads = calls.Threads(
-                    *(np.append(a, v) for a, v in zip(self._threads, (0, 0, -1), strict=True))
-                )
-        known = np.array(list(self._thread_of), np.int64)
+        new = [tid for tid in _first_seen(tids) if tid not in self._thread_of]
+        if new:  # a new thread's state: next id 0, latest time 0, no frame
+            self._thread_of |= {tid: len(self._thread_of) + k for k, tid in enumerate(new)}
+            fresh = (np.zeros(len(new), np.int64), np.zeros(len(new), np.int64), np.full(len(new), -1))
+            self._threads = calls.Threads(*(np.r_[a, f] for a, f in zip(self._threads, fresh, strict=True)))
+        known = np.array(list(self._thread_of), np.int64)  # a thread's index: its place in this order
         order = np.argsort(known)
-        thread = np.array(list(self._thread_of.values()), np.int64)[order][
-            np.searchsorted(known[order], tids)
-        ]
+        thread = order[np.searchsorted(known[order], tids)]
         replayed = calls.replay(
             {**records, "thread": thread, "module": self._number_modules(records)},
             self._threads,
@@ -228,7 +225,7 @@ class PythonTracer(Operator):
 
     def _route(self, closed: Columns) -> None:
         """Closed calls of threads with torch ops go out; the others wait for an op, up to the hold."""
-        for tid in dict.fromkeys(closed["tid"].tolist()):
+        for tid in _first_seen(closed["tid"]):
             part = take(closed, closed["tid"] == tid)
             if tid in self._torch_tids:
                 self._ready.append(part)
@@ -374,6 +371,12 @@ class PythonTracer(Operator):
         self._ready = [doc["ready"]] if rows(doc["ready"]) else []
         self._seen, self._horizon = int(doc["seen"]), int(doc["horizon"])
         self._counts = {str(k): int(v) for k, v in doc["counts"].items()}
+
+
+def _first_seen(values: Int64Array) -> list[int]:
+    """The distinct values, in the order they first appear."""
+    distinct, first = np.unique(values, return_index=True)
+    return [int(v) for v in distinct[np.argsort(first)]]
 
 
 class GcRecords(RowByRow):
