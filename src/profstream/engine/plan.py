@@ -237,10 +237,10 @@ class Planner:
     def _has(self, *names: str) -> bool:
         return all(n in self._feeds for n in names)
 
-    def _operators(self, *, npu_flows: bool = True) -> list[Operator]:
-        """Every operator the collection's data allows. Without ``npu_flows`` FrameworkOps takes no
-        ``tasks``: its ``ops`` do not depend on them, only its ``async_npu`` flows do, so a plan that
-        wants ops but not flows (PTA memory) runs no device pipeline."""
+    def _operators(self, *, flows: bool = True) -> list[Operator]:
+        """Every operator the collection's data allows. Without ``flows`` FrameworkOps makes only
+        ``ops`` and takes no ``tasks``: its ``ops`` do not depend on them, only its flows do, so a plan
+        that wants ops but not flows (PTA memory) runs no device pipeline."""
         ops: list[Operator] = []
         starts = self.collection.collection_starts_ns  # the statistics leave out what ran before
         if self._has("api_event"):
@@ -296,10 +296,11 @@ class Planner:
         if framework:
             ops += [
                 FrameworkOps(
-                    joined if npu_flows else [],
-                    communication=communication if npu_flows else [],
+                    joined if flows else [],
+                    communication=communication if flows else [],
                     task_queue=self._has("torch_op_mark"),
                     max_op_ns=FRAMEWORK_REORDER_NS,
+                    flows=flows,
                 ),
                 FrameworkSteps(joined, communication=communication, task_queue=self._has("torch_op_mark")),
                 OperatorDetails(joined, communication),
@@ -460,7 +461,7 @@ class Planner:
         names = self.streams(tables)
         kept, feeds, wanted = self._walk(self._operators(), names, provided)
         if "flows" not in wanted and not any("flows" in op.inputs for op in kept):
-            kept, feeds, wanted = self._walk(self._operators(npu_flows=False), names, provided)
+            kept, feeds, wanted = self._walk(self._operators(flows=False), names, provided)
         return kept, feeds, wanted
 
     def _walk(

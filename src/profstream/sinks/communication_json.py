@@ -91,8 +91,30 @@ I64 = npt.NDArray[np.int64]
 Number = int | float
 
 
+#: the columns of comm_ops and comm_links the files read (only these become Python objects)
+OP_COLUMNS = ("op_name", "group_name", "start_ns", "end_ns", "transit_ns", "wait_ns", "synchronization_ns")
+LINK_COLUMNS = (
+    "transport_type",
+    "size_bytes",
+    "transit_ns",
+    "packet_sizes",
+    "packet_counts",
+    "packet_transit_ns",
+    "src_rank",
+    "dst_rank",
+)
+
+
 def _rows(table: pa.Table | None) -> list[dict[str, Any]]:
     return [] if table is None else table.to_pylist()
+
+
+def _fetchable(table: pa.Table, names: Sequence[str]) -> pa.Table:
+    """``names`` of ``table`` in one chunk, dictionary columns decoded: what ``_rows`` converts fastest
+    (a take from a table of many small batches costs a pass over its chunks)."""
+    columns = [table.column(name) for name in names]
+    decoded = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c for c in columns]
+    return pa.table(decoded, names=list(names)).combine_chunks()
 
 
 def _ms(ns: int | None) -> Number:
@@ -248,12 +270,11 @@ class _Index:
     of the files can be built from its own rows: the files are written a step at a time."""
 
     def __init__(self, ops: pa.Table, links: pa.Table | None, steps: pa.Table | None) -> None:
-        # one chunk each: a take from a table of many small batches costs a pass over its chunks
-        self.ops = ops.sort_by("start_ns").combine_chunks()  # stable, as Python's sorted
+        self.ops = _fetchable(ops.sort_by("start_ns"), OP_COLUMNS)  # stable, as Python's sorted
         keys = _op_keys(self.ops)
         self.keys = pc.unique(keys)  # the distinct op keys in order of first appearance
         self.key_of_op = np.asarray(pc.index_in(keys, value_set=self.keys))
-        self.links = links.combine_chunks() if links is not None else None
+        self.links = _fetchable(links, LINK_COLUMNS) if links is not None else None
         owner = _owner_of_links(links, self.keys)
         self.link_order = np.argsort(owner, kind="stable")  # links of key k in their table order
         self.link_bounds = np.searchsorted(owner[self.link_order], np.arange(len(self.keys) + 1))

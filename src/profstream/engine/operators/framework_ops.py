@@ -149,6 +149,14 @@ _COUNTERS = (
     "dequeue_without_enqueue",
     "backward_without_forward",
 )
+#: the counters of flow matching, which an operator without flows does not keep
+_FLOW_COUNTERS = (
+    "tasks_without_launch",
+    "kernels_without_op",
+    "enqueue_without_dequeue",
+    "dequeue_without_enqueue",
+    "backward_without_forward",
+)
 
 
 def _texts(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -183,6 +191,10 @@ def _stack_flows(parts: list[Columns], groups: Sequence[str]) -> pa.RecordBatch:
 
 def _upsert(table: Columns, new: Columns) -> Columns:
     """Rows of both keyed by ``corr``, a new row replacing an old one; sorted by corr."""
+    corr = new["corr"]
+    if not table["corr"].size or (corr.size and corr[0] > table["corr"][-1]):
+        if bool(np.all(corr[1:] > corr[:-1])):  # ids only grow, as a run's correlation ids do
+            return concat(table, new)
     joined = concat(table, new)
     keys = joined["corr"][::-1]
     _, last = np.unique(keys, return_index=True)  # first in reversed order = last written
@@ -196,6 +208,8 @@ class FrameworkOps(Operator):
     communication ops (``comm``) do too; ``task_queue``: whether the
     collection has op_mark data (torch_npu's switch between the two ``async_npu`` rules; without it
     the ``torch_op_mark`` input is not read); ``max_op_ns``: the reorder bound (module docstring).
+    ``flows`` False makes only ``ops`` (what PTA memory's op tree reads) and keeps none of the state
+    flows need; ``devices`` and ``communication`` then give nothing and must be empty.
     """
 
     def __init__(
@@ -205,10 +219,15 @@ class FrameworkOps(Operator):
         communication: Sequence[int] = (),
         task_queue: bool = True,
         max_op_ns: int = DEFAULT_MAX_OP_NS,
+        flows: bool = True,
     ) -> None:
         if max_op_ns <= 0:
             msg = f"max_op_ns: expected a positive duration in ns, got {max_op_ns}"
             raise ValueError(msg)
+        if not flows and (devices or communication):
+            msg = "devices and communication give async_npu flows: they need flows=True"
+            raise ValueError(msg)
+        self.flows = flows
         self.devices = tuple(devices)
         self.task_queue = task_queue
         self.max_op_ns = max_op_ns
@@ -216,7 +235,7 @@ class FrameworkOps(Operator):
         self._comm_streams = {at("comm", d): d for d in communication}
         marks = ("torch_op_mark",) if task_queue else ()
         self.inputs = ("torch_op_range", *marks, *self._tasks_streams, *self._comm_streams)
-        self.outputs = ("ops", "flows")
+        self.outputs = ("ops", "flows") if flows else ("ops",)
         self._log = events.get_logger(component="framework_ops")
         self._reset()
 
@@ -377,7 +396,8 @@ class FrameworkOps(Operator):
             "end": pairs.end[dequeue],
             "flowed": np.zeros(int(dequeue.sum()), np.int64),
         }
-        self._deq = _upsert(self._deq, new)
+        if self.flows:
+            self._deq = _upsert(self._deq, new)
 
     def _add_kernels(self, batch: pa.RecordBatch, *, ops: bool) -> None:
         """The kernels of a ``tasks`` batch, or of a ``comm`` batch (``ops``: communication ops, on
@@ -404,10 +424,11 @@ class FrameworkOps(Operator):
         out: list[Emit] = [("ops", self._emit_ops(bound)) for bound in self._slices(until)]
         if self._pending_min < until:
             out.append(("ops", self._emit_ops(until)))
-        parts = [self._queue_flows(), self._npu_flows(until), self._fwdbwd_flows(until)]
-        flows = _stack_flows(parts, list(self._groups))
-        if flows.num_rows:
-            out.append(("flows", flows))
+        if self.flows:
+            parts = [self._queue_flows(), self._npu_flows(until), self._fwdbwd_flows(until)]
+            flows = _stack_flows(parts, list(self._groups))
+            if flows.num_rows:
+                out.append(("flows", flows))
         # before the first kernel shows how far behind kernels come, assume max_op_ns
         reach = self._reach.reach(unknown=self.max_op_ns)
         self._prune(until if until >= DONE else until - reach - self._queue_lag)
@@ -470,11 +491,13 @@ class FrameworkOps(Operator):
         parents[in_tree], self._stack = nest(
             start[in_tree], end[in_tree], tid[in_tree], rank[in_tree] == CPU_OP, ids[in_tree], self._stack
         )
-        is_op = rank == CPU_OP
-        live = {"id": ids, "pid": pid, "tid": tid, "start": start, "end": end}
-        self._live = concat(self._live, take(live, is_op))
-        self._track_enqueues(take(live, rank == ENQUEUE), corr[rank == ENQUEUE], parents[rank == ENQUEUE])
-        self._track_sequences(ready, is_op)
+        if self.flows:
+            is_op = rank == CPU_OP
+            live = {"id": ids, "pid": pid, "tid": tid, "start": start, "end": end}
+            self._live = concat(self._live, take(live, is_op))
+            enqueue = rank == ENQUEUE
+            self._track_enqueues(take(live, enqueue), corr[enqueue], parents[enqueue])
+            self._track_sequences(ready, is_op)
 
         names = pc.if_else(pa.array(rank == ENQUEUE), "Enqueue", ready.column("name").combine_chunks())
         return conform(
@@ -691,7 +714,7 @@ class FrameworkOps(Operator):
 
     def _report(self) -> None:
         """Log what never matched: unpaired marks, late ops, unlinked kernels, lone queue events."""
-        counts = dict(self._counts)
+        counts = {k: v for k, v in self._counts.items() if self.flows or k not in _FLOW_COUNTERS}
         mark_counts = self._marks.counts
         counts["marks_without_start"] = int(mark_counts[pairing.NO_START])
         counts["starts_replaced"] = int(mark_counts[pairing.ORPHAN_START])

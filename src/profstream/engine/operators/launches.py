@@ -57,11 +57,17 @@ def op_flow_ends(comm: pa.RecordBatch) -> pa.Array:
     return _launched(comm)
 
 
+#: the columns of a kernel row (:func:`kernel_rows`) that those who join kernels read
+KERNEL_COLUMNS = ("device_id", "stream_id", "start_ns", "end_ns", "launch_ns", "task_type", "group_name")
+
+
 def kernel_rows(batch: pa.RecordBatch, *, ops: bool) -> tuple[pa.RecordBatch, Int64Array]:
     """The rows of a ``tasks`` batch (``ops`` False) or a ``comm`` batch (``ops`` True) that are kernels,
-    and each one's stream id: NULL for a communication op, which has none (an ``async_npu`` flow's
-    ``dst_tid`` is null there too)."""
-    rows = batch.filter(op_flow_ends(batch) if ops else task_flow_ends(batch))
+    with the :data:`KERNEL_COLUMNS` the batch has (a ``tasks`` batch has some forty others), and each
+    one's stream id: NULL for a communication op, which has none (an ``async_npu`` flow's ``dst_tid``
+    is null there too)."""
+    kept = batch.select([name for name in KERNEL_COLUMNS if name in batch.schema.names])
+    rows = kept.filter(op_flow_ends(batch) if ops else task_flow_ends(batch))
     stream = np.full(rows.num_rows, NULL, np.int64) if ops else ints(rows.column("stream_id"))
     return rows, stream
 
