@@ -12,8 +12,12 @@ usable core). The costliest group's pipeline runs here and sends its batches to 
 renders and writes that group's outputs (a :class:`~profstream.workers.BatchPipe`), but for every
 second output that renders only at finish, which this process renders once its pipeline ends. The
 first stage of that pipeline (task pairing, API events and step tags, ``Planner.front``) runs in a worker
-too and sends its streams here; with ``processes`` 1 it runs here as a stage of its own, so the rest
-of the pipeline reads the same batches and one process writes the same files as several. Each other
+too and sends its streams here; its last stage (the operators only the writer's outputs read: per-op
+and per-step sums, statistics, row merges, ``Planner.last_stage``) runs in the writer, on the streams
+and watermarks this process sends, taken in the order sent. With ``processes`` 1 both run here as
+stages of their own, so the stages read the same batches and one process writes the same rows as
+several (a timeline's events may come in another order: the pipeline emits them as its schedule goes,
+and that depends on the tables each process makes). Each other
 group runs in a forked worker of its own (:mod:`profstream.workers`), at a lower CPU priority: this
 group's processes are the longest path. Every part renders its files under temporary names when its
 pipeline ends, and all rename them together. With ``processes`` 1 everything runs here.
@@ -65,11 +69,20 @@ from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import Planner, split_work
-from profstream.engine.runtime import ADVANCE_BYTES, Emit, Feed, Operator, StageFeeds, stage_messages
+from profstream.engine.runtime import (
+    ADVANCE_BYTES,
+    Feed,
+    Operator,
+    PipelineError,
+    StageFeeds,
+    StageMessage,
+    stage_messages,
+)
 from profstream.engine.schema import NO_ID
 from profstream.engine.sources import DEFAULT_CHUNK_BYTES
 from profstream.errors import InputPathError, ProfstreamError
 from profstream.sinks import DropReport
+from profstream.sinks._base import remove_temporaries
 from profstream.sinks.csv import CSV_LIMIT
 from profstream.workers import BatchPipe, PipeReader, Worker, can_fork, send_messages
 
@@ -387,24 +400,35 @@ def _export_one(
     try:
         for number, part in enumerate(parts[1:], 1):
             workers.append(_start(f"export-part-{number}", part, part.run, nice=SIDE_PART_NICE))
-        here = parts[0]  # the part whose outputs this process renders and commits
-        if processes > 1:  # the first part's outputs are written by a worker too, fed through a pipe
-            with _front(planner, parts[0], workers, fork=True) as received:
-                written, here = parts[0].shared()
+        with _front(planner, parts[0], workers, fork=processes > 1) as received:
+            written, here = parts[0].shared()
+            sent = planner.last_stage(
+                sorted(written.sources()),
+                provided=[feed.name for feed in received],
+                here=sorted(here.sources()),
+            )
+            messages = here.tee(here.messages(progress, received, sent=sent))
+            if processes > 1:  # the writer renders its outputs and runs the pipeline's last stage
                 to_writer = BatchPipe()  # made after the other forks: only its worker holds its ends
-                writer = _start("export-writer", written, lambda: written.route(to_writer.received()))
+                writer = _start(
+                    "export-writer", written, lambda: written.run_last_stage(to_writer.messages(), sent)
+                )
                 workers.insert(0, writer)
                 to_writer.forked()
-                _send(here.tee(parts[0].emits(progress, received)), written.sources(), to_writer, writer)
-            here.finish()  # while the writer finishes its own outputs
-        else:
-            with _front(planner, parts[0], workers, fork=False) as received:
-                here.run(progress, received)
+                _send(messages, sent, to_writer, writer)
+                local = [here]
+            else:  # the same stages here, so one process writes what several write
+                wanted = set(sent)
+                written.run_last_stage((m for m in messages if m[0] in wanted), sent)
+                for _ in messages:  # the batches and statistics of here's outputs after the stage's end
+                    pass
+                local = [here, written]
+        here.finish()  # while the writer finishes its own outputs
         for worker in workers:
             worker.wait_ran()
         for worker in workers:
             worker.commit()
-        done = [here.commit()] + [worker.result() for worker in workers]
+        done = [part.commit() for part in local] + [worker.result() for worker in workers]
     except BaseException:
         for worker in workers:
             worker.abort()
@@ -527,14 +551,14 @@ def _front(
         reader.close()
 
 
-def _send(emits: Iterable[Emit], tables: set[str], pipe: BatchPipe, writer: Worker[_PartReport]) -> None:
-    """The batches of ``emits`` whose table is one of ``tables`` to ``writer``; a writer that failed
-    raises its own error here."""
+def _send(
+    messages: Iterable[StageMessage], streams: Sequence[str], pipe: BatchPipe, writer: Worker[_PartReport]
+) -> None:
+    """The batches and watermarks of ``messages`` whose stream is one of ``streams`` to ``writer``; a
+    writer that failed raises its own error here."""
+    wanted = set(streams)
     try:
-        for stream, batch in emits:
-            if stream.partition("@")[0] in tables:
-                pipe.send(stream, batch)
-        pipe.close()
+        send_messages((message for message in messages if message[0] in wanted), pipe)
     except BrokenPipeError:  # the writer exited: it sent why
         writer.wait_ran()
         raise
@@ -565,19 +589,34 @@ class _Part:
     router: Router | None = None
 
     def run(self, progress: Progress | None = None, received: Sequence[Feed] = ()) -> None:
-        self.route(self.emits(progress, received))
+        self.route(self.messages(progress, received))
+
+    def run_last_stage(self, messages: Iterable[StageMessage], streams: Sequence[str]) -> None:
+        """The last stage of the pipeline (:meth:`Planner.last_stage`) on the ``streams`` of
+        ``messages`` (from the writer's pipe, or from this process's pipeline), routed to the outputs."""
+        feeds = StageFeeds(messages, streams, in_order=True).feeds
+        pipeline, wanted = self.planner.pipeline(sorted(self.sources()), received=feeds)
+        unread = set(streams) - set(pipeline.feeds)
+        if unread:  # in order, a message no feed takes would stall the stage for good
+            msg = f"the last stage reads none of {sorted(unread)}"
+            raise PipelineError(msg)
+        self.route(pipeline.run(wanted))
 
     def sources(self) -> set[str]:
         """The tables the part's pipeline produces for its outputs (:func:`_sources`)."""
         return _sources((t for output in self.outputs for t in output.tables), self.window)
 
-    def emits(self, progress: Progress | None = None, received: Sequence[Feed] = ()) -> Iterator[Emit]:
+    def messages(
+        self, progress: Progress | None = None, received: Sequence[Feed] = (), *, sent: Sequence[str] = ()
+    ) -> Iterator[StageMessage]:
         """The batches of the tables the outputs read, from one pipeline over the collection (whose
-        first stage may run in another process, ``received`` from it: :func:`_front`)."""
-        pipeline, streams = self.planner.pipeline(sorted(self.sources()), received=received)
+        first stage may run in another process, ``received`` from it: :func:`_front`), and those of the
+        ``sent`` streams with their watermarks, for a last stage in the writer."""
+        tables = self.sources() | {stream.partition("@")[0] for stream in sent}
+        pipeline, streams = self.planner.pipeline(sorted(tables), received=received)
         clock = _Span(self.planner.collection)
-        for count, emit in enumerate(pipeline.run(streams)):
-            yield emit
+        for count, message in enumerate(stage_messages(pipeline, streams, marked=sent)):
+            yield message
             if progress is not None and count % 16 == 0:
                 progress(clock.fraction(min((f.watermark for f in pipeline.feeds.values()), default=0)))
 
@@ -593,15 +632,16 @@ class _Part:
         written = [output for output in self.outputs if not any(output is o for o in here)]
         return replace(self, outputs=written), replace(self, outputs=here)
 
-    def route(self, emits: Iterable[Emit]) -> None:
-        """Route ``emits`` to the outputs, then finish them: in a worker that renders what they hold
-        while the other parts still run, so the commit that follows only renames."""
-        for _ in self.tee(emits):
+    def route(self, messages: Iterable[StageMessage]) -> None:
+        """Route the batches of ``messages`` to the outputs, then finish them: in a worker that renders
+        what they hold while the other parts still run, so the commit that follows only renames."""
+        for _ in self.tee(messages):
             pass
         self.finish()
 
-    def tee(self, emits: Iterable[Emit]) -> Iterator[Emit]:
-        """Route each of ``emits`` to the outputs (statistics recomputed under a window) and pass it on."""
+    def tee(self, messages: Iterable[StageMessage]) -> Iterator[StageMessage]:
+        """Route each batch of ``messages`` to the outputs (statistics recomputed under a window) and
+        pass every message on."""
         statistics: dict[str, list[Operator]] = {}
         if self.window is not None:
             for table, source in RECOMPUTED.items():
@@ -610,9 +650,10 @@ class _Part:
                         _aggregators(table, self.context.devices, self.context.collection_start_ns)
                     )
         self.router = router = Router(self.outputs, self.window, statistics)
-        for stream, batch in emits:
-            router.route(stream, batch)
-            yield stream, batch
+        for stream, item in messages:
+            if isinstance(item, pa.RecordBatch):
+                router.route(stream, item)
+            yield stream, item
         router.finish_statistics()
 
     def finish(self) -> None:
@@ -639,6 +680,7 @@ class _Part:
     def abort(self) -> None:
         for output in self.outputs:
             output.abort()
+        remove_temporaries(self.context.out_dir, os.getpid())
 
 
 class _Span:

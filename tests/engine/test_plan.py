@@ -16,7 +16,7 @@ import profstream
 from profstream.engine.discovery import Profile
 from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.plan import OUTPUT_STREAMS, TABLE_NAMES, Planner, split_work
-from profstream.engine.runtime import Feed, Pipeline, StageFeeds, stage_messages
+from profstream.engine.runtime import DONE, Emit, Feed, Operator, Pipeline, StageFeeds, stage_messages
 from profstream.engine.schema import NO_ID
 from profstream.simulate import SimulationConfig, simulate
 from profstream.workers import BatchPipe, PipeReader, Worker, send_messages
@@ -275,6 +275,80 @@ def test_the_first_stage_in_a_process_of_its_own_gives_the_same_rows(run: tuple[
     split_rows = _rows(split)
     assert split_rows == _rows(_drain(whole, whole_wanted)[0])
     assert split_rows["tasks@0"] and split_rows["task_rows@0"] and split_rows["overlap@0"]
+
+
+def test_the_last_stage_apart_gives_the_same_rows(run: tuple[Path, Path]) -> None:
+    """The operators whose outputs only the wanted tables read (Planner.last_stage: per-op and
+    per-step sums, statistics, row merges) run on the rest's streams, taken in the order the rest sent
+    them, and make the same rows as one pipeline; the producers of ``here`` tables stay with the rest."""
+    collection = profstream.open(run[0]).collections[0]
+    planner = Planner(collection, chunk_bytes=4096)
+    tables = ["operator_details", "overlap", "op_statistic", "task_rows", "framework_steps", "api_statistic"]
+    sent = planner.last_stage(tables)
+    assert {"ops", "flows", "tasks@0", "comm@0"} <= set(sent)
+    rest, rest_wanted = planner.pipeline(sorted({name.partition("@")[0] for name in sent}))
+    moved = {"OperatorDetails", "Overlap", "OpStatistic", "TaskRowMerge", "FrameworkSteps", "ApiStatistic"}
+    assert not moved & {type(op).__name__ for op in rest.operators}
+    messages = [m for m in stage_messages(rest, rest_wanted, marked=sent) if m[0] in set(sent)]
+    last, wanted = planner.pipeline(tables, received=StageFeeds(messages, sent, in_order=True).feeds)
+    assert {type(op).__name__ for op in last.operators} == moved
+    assert set(last.feeds) == set(sent)  # it reads no raw record
+    whole, whole_wanted = planner.pipeline(tables)
+    staged_rows = _rows(_drain(last, wanted)[0])
+    assert staged_rows == _rows(_drain(whole, whole_wanted)[0])
+    assert staged_rows["operator_details"] and staged_rows["overlap@0"] and staged_rows["task_rows@0"]
+    kept = planner.last_stage(tables, here=["framework_steps"])  # e.g. read by communication.json
+    assert "framework_steps@0" in kept  # made by the rest, not by the stage
+
+
+def test_in_order_stage_feeds_take_the_messages_as_sent() -> None:
+    """A feed whose stream is not next waits, so batches reach the pipeline in the order sent, not
+    in the order of the feeds' watermarks (a last stage's operators may rely on that order)."""
+    first, second = (pa.RecordBatch.from_pydict({"start_ns": [t]}) for t in (5, 1))
+    messages: list[tuple[str, pa.RecordBatch | int]] = [("b", first), ("a", second), ("a", DONE), ("b", DONE)]
+    a, b = StageFeeds(messages, ["a", "b"], in_order=True).feeds
+    assert a.pull() is None and a.waiting  # b's batch comes first
+    assert b.pull() is first
+    assert a.pull() is second
+    assert a.pull() is None and a.watermark == DONE
+    assert b.pull() is None and b.watermark == DONE
+
+
+def test_a_stage_ends_its_streams_only_when_it_has_finished() -> None:
+    """An operator's outputs are DONE once its inputs are, yet its finish may still emit (statistics
+    do): stage_messages holds the end back until the pipeline has finished."""
+    batch = pa.RecordBatch.from_pydict({"start_ns": [1, 2]})
+    pipeline = Pipeline([Feed("raw", iter([batch]), "start_ns")], [_AtFinish()])
+    messages = list(stage_messages(pipeline, ["out"]))
+    assert [m for m in messages if isinstance(m[1], pa.RecordBatch)] == [("out", batch)]
+    marks = [m[1] for m in messages if not isinstance(m[1], pa.RecordBatch)]
+    assert marks[-1] == DONE and DONE not in marks[:-1]
+    assert messages.index(("out", batch)) < messages.index(("out", DONE))
+
+
+class _AtFinish(Operator):
+    """Holds every row until finish, promising nothing in its watermark."""
+
+    inputs = ("raw",)
+    outputs = ("out",)
+
+    def __init__(self) -> None:
+        self.held: list[pa.RecordBatch] = []
+
+    def push(self, stream: str, batch: pa.RecordBatch) -> None:
+        self.held.append(batch)
+
+    def advance(self, watermark: int) -> list[Emit]:
+        return []
+
+    def finish(self) -> list[Emit]:
+        return [("out", b) for b in self.held]
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, state: bytes) -> None:
+        pass
 
 
 def test_no_first_stage_apart_where_the_rest_reads_a_task_log_too(tmp_path: Path) -> None:

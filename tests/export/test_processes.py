@@ -40,17 +40,30 @@ def workers(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
     return started
 
 
-def _files(report: ExportReport, root: Path) -> dict[str, bytes | pa.Table]:
-    """The written files by path under ``root`` (the export's timestamp left out) and their bytes; a
-    Parquet file's rows instead, as its row groups end where its process's shared buffer budget
-    made them end (sinks/parquet.py), which depends on the tables that process writes."""
+def _content(path: Path) -> bytes | pa.Table | list[str]:
+    """A file's bytes; a Parquet file's rows instead, as its row groups (and their dictionaries) end
+    where its process's shared buffer budget and its pipeline's batches made them end
+    (sinks/parquet.py), which depends on the tables that process makes; a timeline's events, each
+    as written, in sorted order: events go out as the pipeline emits them, and its schedule depends
+    on which tables each process's pipeline makes (the code before the writer ran a last stage wrote
+    a 50 MB simulation's timeline in another order with one process than with two, too)."""
+    if path.suffix == ".parquet":
+        table = pq.read_table(path)
+        decoded = [
+            f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f for f in table.schema
+        ]
+        return table.cast(pa.schema(decoded))
+    data = path.read_bytes()
+    if path.name.startswith(("trace_view", "msprof_")) and path.suffix == ".json":
+        return sorted(line.rstrip(",") for line in data.decode().splitlines())
+    return data
+
+
+def _files(report: ExportReport, root: Path) -> dict[str, bytes | pa.Table | list[str]]:
+    """The written files by path under ``root`` (the export's timestamp left out) and their content
+    (:func:`_content`)."""
     paths = [Path(f.path) for c in report.collections for f in c.files]
-    return {
-        re.sub(r"_\d{14}", "", p.relative_to(root).as_posix()): (
-            pq.read_table(p) if p.suffix == ".parquet" else p.read_bytes()
-        )
-        for p in paths
-    }
+    return {re.sub(r"_\d{14}", "", p.relative_to(root).as_posix()): _content(p) for p in paths}
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from profstream.errors import SchemaMismatchError, SinkError
 from profstream.sinks import Column, CsvSink, msprof_slice_names
+from profstream.sinks._base import StagedFile, remove_temporaries
 from profstream.sinks._format import FORMAT_ROWS
 
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -273,3 +275,15 @@ def test_a_naming_that_repeats_a_name_is_refused_rather_than_losing_slices(tmp_p
     with pytest.raises(SinkError, match="slices but only the names"):
         sink.close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_remove_temporaries_takes_only_the_files_of_that_process(tmp_path: Path) -> None:
+    """An export part stopped while a sink created its file still removes it (export._Part.abort)."""
+    mine = StagedFile(tmp_path, "op_summary_1.csv.0")
+    mine.finish()  # the file exists; its sink never got to know it
+    other = tmp_path / f".op_summary_1.csv.0.{os.getpid() + 1}.abcd.part"
+    other.write_bytes(b"")
+    final = tmp_path / "op_summary_1.csv"
+    final.write_bytes(b"kept")
+    assert remove_temporaries(tmp_path, os.getpid()) == [mine.temp]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([other.name, final.name])

@@ -237,10 +237,12 @@ class Planner:
     def _has(self, *names: str) -> bool:
         return all(n in self._feeds for n in names)
 
-    def _operators(self, *, flows: bool = True) -> list[Operator]:
+    def _operators(self, *, flows: bool = True, tracer: bool = True) -> list[Operator]:
         """Every operator the collection's data allows. Without ``flows`` FrameworkOps makes only
         ``ops`` and takes no ``tasks``: its ``ops`` do not depend on them, only its flows do, so a plan
-        that wants ops but not flows (PTA memory) runs no device pipeline."""
+        that wants ops but not flows (PTA memory) runs no device pipeline. Without ``tracer`` the
+        Python tracer replay is left out: no operator reads ``python_calls``, and building it reads
+        the tracer's names and start frames (a quarter second at 1 GB)."""
         ops: list[Operator] = []
         starts = self.collection.collection_starts_ns  # the statistics leave out what ran before
         if self._has("api_event"):
@@ -305,7 +307,7 @@ class Planner:
                 FrameworkSteps(joined, communication=communication, task_queue=self._has("torch_op_mark")),
                 OperatorDetails(joined, communication),
             ]
-        if framework and self._has("torch_python_tracer_func") and self._tracer_names_known():
+        if tracer and framework and self._has("torch_python_tracer_func") and self._tracer_names_known():
             ops.append(self._python_tracer())
         if framework and self._has("torch_gc_record"):
             ops.append(GcRecords())
@@ -419,12 +421,43 @@ class Planner:
         if not streams:
             return []
         _, rest, _ = self._needed(tables, provided=set(streams))
-        _, own, _ = self._walk(self._operators(), streams)
+        _, own, _ = self._walk(self._operators(tracer=False), streams)
         return [] if rest & own else streams
+
+    def last_stage(
+        self, tables: Iterable[str], *, provided: Iterable[str] = (), here: Iterable[str] = ()
+    ) -> list[str]:
+        """The streams a last stage of a pipeline for ``tables`` reads from the rest, when that stage
+        runs in another process (an export's writer, :meth:`pipeline` with them as ``received``).
+
+        The stage takes the operators that read no feed (nor ``provided`` stream) and whose outputs
+        only the stage itself and the outputs of ``tables`` read: statistics, row merges, per-op and
+        per-step sums, which cost the rest's process as much as the joins it keeps. Operators that
+        make the ``here`` tables (read by outputs the rest renders itself) stay with the rest. The
+        streams are the stage's inputs, and the wanted streams of ``tables`` the rest makes.
+        """
+        table_list, kept_here = list(tables), set(self.streams(here))
+        kept, feeds, wanted = self._needed([*table_list, *here], provided=set(provided))
+        stage = {id(op): op for op in kept if not set(op.outputs) & kept_here}
+        moved = True
+        while moved:  # an operator leaving the stage takes the operators it reads with it
+            rest = [op for op in kept if id(op) not in stage]
+            read_by_rest = {name for op in rest for name in op.inputs}
+            leaving = [
+                key
+                for key, op in stage.items()
+                if set(op.inputs) & feeds or set(op.outputs) & read_by_rest
+            ]
+            for key in leaving:
+                del stage[key]
+            moved = bool(leaving)
+        made = {name for op in stage.values() for name in op.outputs}
+        inputs = {name for op in stage.values() for name in op.inputs} - made
+        return sorted(inputs | (set(self.streams(table_list)) & set(wanted)) - made)
 
     def front_pipeline(self, streams: Sequence[str]) -> Pipeline:
         """The pipeline producing the :meth:`front` ``streams``."""
-        kept, feeds, _ = self._walk(self._operators(), list(streams))
+        kept, feeds, _ = self._walk(self._operators(tracer=False), list(streams))
         return self._build(kept, feeds, {})
 
     def _build(self, kept: list[Operator], feeds: set[str], provided: Mapping[str, Feed]) -> Pipeline:
@@ -459,9 +492,10 @@ class Planner:
     ) -> tuple[list[Operator], set[str], list[str]]:
         """The operators and feeds ``tables`` need, and the wanted streams the plan can produce."""
         names = self.streams(tables)
-        kept, feeds, wanted = self._walk(self._operators(), names, provided)
+        tracer = "python_calls" in names
+        kept, feeds, wanted = self._walk(self._operators(tracer=tracer), names, provided)
         if "flows" not in wanted and not any("flows" in op.inputs for op in kept):
-            kept, feeds, wanted = self._walk(self._operators(flows=False), names, provided)
+            kept, feeds, wanted = self._walk(self._operators(flows=False, tracer=tracer), names, provided)
         return kept, feeds, wanted
 
     def _walk(

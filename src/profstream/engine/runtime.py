@@ -44,7 +44,8 @@ watermark as it is.
 Stages: a pipeline's first operators can run as a pipeline of their own (an export runs it in
 another process), whose output streams and their watermarks (:func:`stage_messages`) the rest of
 the pipeline reads as feeds (:class:`StageFeeds`). The messages are the same wherever the stage runs,
-so the rest pulls, advances and emits the same batches.
+so the rest pulls, advances and emits the same batches. Its last operators can too, reading the
+streams and watermarks of the rest the same way (an export's writer).
 
 Snapshots: :meth:`Pipeline.snapshot` captures every feed's read position and every operator's
 state; a pipeline built the same way and restored from it continues with exactly the output the
@@ -174,17 +175,23 @@ class Feed:
 StageMessage = tuple[str, pa.RecordBatch | int]
 
 
-def stage_messages(pipeline: Pipeline, streams: Sequence[str]) -> Iterator[StageMessage]:
+def stage_messages(
+    pipeline: Pipeline, streams: Sequence[str], marked: Sequence[str] | None = None
+) -> Iterator[StageMessage]:
     """Run a stage's ``pipeline`` to the end: the batches of ``streams`` and, after each step, the
-    watermark of each that moved (module docstring, "Stages")."""
+    watermark of each of ``marked`` (default: ``streams``) that moved (module docstring, "Stages").
+    Each batch is yielded as soon as it is routed, as :meth:`Pipeline.run` does."""
     wanted = set(streams)
-    sent = dict.fromkeys(streams, int(START))
+    sent = dict.fromkeys(streams if marked is None else marked, int(START))
     while not pipeline.finished:
-        for name, batch in pipeline.step():
+        for name, batch in pipeline._step():
             if name in wanted:
                 yield name, batch
-        for name in streams:
-            if (mark := pipeline.mark(name)) != sent[name]:
+        for name, before in sent.items():
+            # an operator's outputs are DONE once its inputs are, yet its finish may still emit:
+            # the end of a stream goes out only when the pipeline has finished
+            mark = pipeline.mark(name) if pipeline.finished else min(pipeline.mark(name), DONE - 1)
+            if mark != before:
                 yield name, mark
                 sent[name] = mark
 
@@ -196,29 +203,50 @@ class StageFeeds:
     alone makes the feed wait (:data:`WAIT`'s meaning), so the pipeline goes on with its other feeds
     at the new watermark. Reading one feed's next item takes messages until it comes, keeping those
     of the other streams (the stage sends in its own watermark order, so that is a batch or two).
+
+    ``in_order``: the feeds take the messages strictly in the order sent, a feed whose stream is not
+    next waiting, so the pipeline sees the batches of all its streams interleaved as the stage made
+    them. A last stage needs this: its operators may rely on the order in which the rest's operators
+    emit (OperatorDetails takes the ops before the flows that start at them).
     """
 
-    def __init__(self, messages: Iterable[StageMessage], streams: Sequence[str]) -> None:
+    def __init__(
+        self, messages: Iterable[StageMessage], streams: Sequence[str], *, in_order: bool = False
+    ) -> None:
         self._messages = iter(messages)
         self._pending: dict[str, deque[pa.RecordBatch | int]] = {name: deque() for name in streams}
+        self._in_order = in_order
+        self._next: StageMessage | None = None  # in order: the message no feed has taken yet
         # a time column, so the pipeline does not take the feeds for timeless followers; their
         # watermarks come from the stage, not from the rows
         self.feeds: list[Feed] = [_StageFeed(name, iter(()), "start_ns", source=self) for name in streams]
 
-    def next(self, name: str) -> pa.RecordBatch | int:
-        """The next batch or watermark of stream ``name``."""
+    def next(self, name: str) -> pa.RecordBatch | int | None:
+        """The next batch or watermark of stream ``name``; None when, in order, another stream's
+        message comes first."""
+        if self._in_order:
+            if self._next is None:
+                self._next = self._take(name)
+            stream, item = self._next
+            if stream != name:
+                return None
+            self._next = None
+            return item
         pending = self._pending[name]
         while not pending:
-            message = next(self._messages, None)
-            if message is None:
-                msg = f"the stage ended without finishing stream {name}"
-                raise PipelineError(msg)
-            stream, item = message
-            if stream not in self._pending:
-                msg = f"the stage sent stream {stream!r}, expected one of {sorted(self._pending)}"
-                raise PipelineError(msg)
+            stream, item = self._take(name)
             self._pending[stream].append(item)
         return pending.popleft()
+
+    def _take(self, name: str) -> StageMessage:
+        message = next(self._messages, None)
+        if message is None:
+            msg = f"the stage ended without finishing stream {name}"
+            raise PipelineError(msg)
+        if message[0] not in self._pending:
+            msg = f"the stage sent stream {message[0]!r}, expected one of {sorted(self._pending)}"
+            raise PipelineError(msg)
+        return message
 
 
 @dataclass
@@ -228,6 +256,9 @@ class _StageFeed(Feed):
     def pull(self) -> pa.RecordBatch | None:
         assert self.source is not None
         item = self.source.next(self.name)
+        if item is None:  # another stream's message comes first
+            self.waiting = True
+            return None
         if isinstance(item, pa.RecordBatch):
             self.waiting = False
             return item

@@ -106,6 +106,17 @@ class StagedFile:
         self.temp.unlink(missing_ok=True)
 
 
+def remove_temporaries(directory: Path, pid: int) -> list[Path]:
+    """Remove the temporary files (:class:`StagedFile`) process ``pid`` made in ``directory``: an
+    export part stopped by a signal may be stopped while a sink creates one, before the sink knows its
+    file, so aborting the sinks alone could leave it behind."""
+    removed = []
+    for path in directory.glob(f".*.{pid}.*.part"):
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
 class SlicedOutput:
     """The files of one sliced output: opened in order, named by ``naming`` when committed.
 

@@ -265,6 +265,25 @@ def test_async_npu_with_task_queue_follows_the_dequeue_window() -> None:
     assert (entry["kernels_without_op"], entry["tasks_without_launch"]) == (2, 1)
 
 
+def test_without_flows_the_ops_are_the_same_and_no_flow_state_is_kept() -> None:
+    """PTA memory's plan wants ops alone: FrameworkOps(flows=False) makes the same ops, no flows,
+    and keeps no enqueue, dequeue, live-op or forward-op state for them."""
+    queue = [step for step in npu_scenario() if isinstance(step, int) or step[0] in (OPS, MARKS)]
+    with_flows = drive(FrameworkOps(), queue)
+    lean = FrameworkOps(flows=False)
+    assert lean.outputs == ("ops",)
+    with capture_logs() as logs:
+        without = drive(lean, queue)
+    assert without == {"ops": with_flows["ops"]}
+    assert with_flows["flows"]  # the scenario has queue flows to leave out
+    assert all(
+        not column.size for held in (lean._enq, lean._deq, lean._live, lean._fwd) for column in held.values()
+    )
+    assert "enqueue_without_dequeue" not in unmatched(logs)
+    with pytest.raises(ValueError, match="flows=True"):
+        FrameworkOps([0], flows=False)
+
+
 def test_async_npu_without_task_queue_links_the_deepest_op() -> None:
     """Without op_mark data the deepest op around the launch links to the kernel."""
     op = FrameworkOps([0], task_queue=False)

@@ -192,9 +192,9 @@ def _stack_flows(parts: list[Columns], groups: Sequence[str]) -> pa.RecordBatch:
 def _upsert(table: Columns, new: Columns) -> Columns:
     """Rows of both keyed by ``corr``, a new row replacing an old one; sorted by corr."""
     corr = new["corr"]
-    if not table["corr"].size or (corr.size and corr[0] > table["corr"][-1]):
-        if bool(np.all(corr[1:] > corr[:-1])):  # ids only grow, as a run's correlation ids do
-            return concat(table, new)
+    after = not table["corr"].size or (corr.size and corr[0] > table["corr"][-1])
+    if after and bool(np.all(corr[1:] > corr[:-1])):  # ids only grow, as a run's correlation ids do
+        return concat(table, new)
     joined = concat(table, new)
     keys = joined["corr"][::-1]
     _, last = np.unique(keys, return_index=True)  # first in reversed order = last written
