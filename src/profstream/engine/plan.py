@@ -444,9 +444,7 @@ class Planner:
             rest = [op for op in kept if id(op) not in stage]
             read_by_rest = {name for op in rest for name in op.inputs}
             leaving = [
-                key
-                for key, op in stage.items()
-                if set(op.inputs) & feeds or set(op.outputs) & read_by_rest
+                key for key, op in stage.items() if set(op.inputs) & feeds or set(op.outputs) & read_by_rest
             ]
             for key in leaving:
                 del stage[key]
