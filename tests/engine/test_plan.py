@@ -302,14 +302,22 @@ def test_the_last_stage_apart_gives_the_same_rows(run: tuple[Path, Path]) -> Non
 
 
 def test_in_order_stage_feeds_take_the_messages_as_sent() -> None:
-    """A feed whose stream is not next waits, so batches reach the pipeline in the order sent, not
-    in the order of the feeds' watermarks (a last stage's operators may rely on that order)."""
+    """A feed whose stream's batch is not next waits, so batches reach the pipeline in the order sent,
+    not in the order of the feeds' watermarks (a last stage's operators may rely on that order); a
+    watermark goes to its feed as soon as any feed reads it."""
     first, second = (pa.RecordBatch.from_pydict({"start_ns": [t]}) for t in (5, 1))
-    messages: list[tuple[str, pa.RecordBatch | int]] = [("b", first), ("a", second), ("a", DONE), ("b", DONE)]
+    messages: list[tuple[str, pa.RecordBatch | int]] = [
+        ("b", first),
+        ("b", 4),
+        ("a", second),
+        ("a", DONE),
+        ("b", DONE),
+    ]
     a, b = StageFeeds(messages, ["a", "b"], in_order=True).feeds
     assert a.pull() is None and a.waiting  # b's batch comes first
     assert b.pull() is first
-    assert a.pull() is second
+    assert a.pull() is second  # past b's watermark, which b now has
+    assert b.watermark == 4
     assert a.pull() is None and a.watermark == DONE
     assert b.pull() is None and b.watermark == DONE
 

@@ -204,10 +204,12 @@ class StageFeeds:
     at the new watermark. Reading one feed's next item takes messages until it comes, keeping those
     of the other streams (the stage sends in its own watermark order, so that is a batch or two).
 
-    ``in_order``: the feeds take the messages strictly in the order sent, a feed whose stream is not
-    next waiting, so the pipeline sees the batches of all its streams interleaved as the stage made
-    them. A last stage needs this: its operators may rely on the order in which the rest's operators
-    emit (OperatorDetails takes the ops before the flows that start at them).
+    ``in_order``: the feeds take the messages strictly in the order sent, a feed whose stream's batch
+    is not next waiting, so the pipeline sees the batches of all its streams interleaved as the stage
+    made them. A last stage needs this: its operators may rely on the order in which the rest's
+    operators emit (OperatorDetails takes the ops before the flows that start at them). A watermark
+    goes to its feed as soon as any feed reads it: one that waited for another feed's turn would make
+    the pipeline stop and advance for nothing.
     """
 
     def __init__(
@@ -220,18 +222,26 @@ class StageFeeds:
         # a time column, so the pipeline does not take the feeds for timeless followers; their
         # watermarks come from the stage, not from the rows
         self.feeds: list[Feed] = [_StageFeed(name, iter(()), "start_ns", source=self) for name in streams]
+        self._feed_of = {feed.name: feed for feed in self.feeds}
 
     def next(self, name: str) -> pa.RecordBatch | int | None:
         """The next batch or watermark of stream ``name``; None when, in order, another stream's
-        message comes first."""
-        if self._in_order:
+        batch comes first."""
+        if not self._in_order:
+            return self._next_of(name)
+        while True:
             if self._next is None:
                 self._next = self._take(name)
             stream, item = self._next
-            if stream != name:
+            if isinstance(item, pa.RecordBatch) and stream != name:
                 return None
             self._next = None
-            return item
+            if stream == name:
+                return item
+            feed = self._feed_of[stream]  # another stream's watermark: its feed takes it now
+            feed.watermark, feed.waiting = item, item != DONE
+
+    def _next_of(self, name: str) -> pa.RecordBatch | int:
         pending = self._pending[name]
         while not pending:
             stream, item = self._take(name)

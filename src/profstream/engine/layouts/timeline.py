@@ -519,8 +519,9 @@ def _span_us(rows: pa.RecordBatch, start: str, end: str) -> pa.Array:
     return pc.divide(pc.cast(duration(rows, start, end), pa.float64()), 1000.0)
 
 
-def micros_text(ns: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """ns as µs text with exactly three decimals (``-`` before a negative value; null stays null)."""
+def micros_text(ns: pa.Array | pa.ChunkedArray, suffix: str = "") -> pa.Array:
+    """ns as µs text with exactly three decimals (``-`` before a negative value; null stays null),
+    then ``suffix``."""
     ns = pc.cast(ns, pa.int64())
     size = pc.abs(ns)
     whole = pc.divide(size, 1000)  # integer division
@@ -528,7 +529,7 @@ def micros_text(ns: pa.Array | pa.ChunkedArray) -> pa.Array:
         pc.cast(pc.subtract(size, pc.multiply(whole, 1000)), pa.string()), width=3, padding="0"
     )
     sign = pc.if_else(pc.less(ns, 0), "-", "")
-    return pc.binary_join_element_wise(sign, pc.cast(whole, pa.string()), ".", digits, "")
+    return pc.binary_join_element_wise(sign, pc.cast(whole, pa.string()), ".", digits, suffix, "")
 
 
 class NpuMem(_Layer):

@@ -225,8 +225,11 @@ def _operator_memory_duration(batch: pa.RecordBatch) -> pa.Array:
     torch_npu copies it for GE rows (``106.43``, as msprof's operator_memory prints it;
     ``prof_bean/_ge_op_memory_bean.py``, and the real file of rank 0 in shared/realdata)."""
     ns = pc.cast(batch.column("duration_ns"), pa.int64())
-    micros = float_text(pc.divide(pc.cast(ns, pa.float64()), 1000.0))
-    return pc.if_else(_is_ge(batch), micros, pc.binary_join_element_wise(micros_text(ns), "\t", ""))
+    pytorch = micros_text(ns, "\t")
+    ge = _is_ge(batch)
+    if not pc.any(ge).as_py():  # most batches: PyTorch's rows alone
+        return pytorch
+    return pc.if_else(ge, float_text(pc.divide(pc.cast(ns, pa.float64()), 1000.0)), pytorch)
 
 
 def summed_micros(header: str, column: str) -> Cell:
