@@ -185,10 +185,13 @@ def bandwidth_info(links: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, An
     for transport, entry in info.items():
         if entry[TRANSIT] != 0:
             entry[BW] = round(entry[SIZE] / entry[TRANSIT], 4)
-        if transport == "SDMA":
+        if transport == "SDMA" or not entry[DISTRIBUTION]:
             continue  # msprof computes no large packet ratio for SDMA
-        packets = sum(c for c, _ in entry[DISTRIBUTION].values())
-        large = sum(c for s, (c, _) in entry[DISTRIBUTION].items() if s > LARGE_PACKET_MB.get(transport, 0))
+        threshold, packets, large = LARGE_PACKET_MB.get(transport, 0), 0, 0
+        for size, (count, _) in entry[DISTRIBUTION].items():
+            packets += count
+            if size > threshold:
+                large += count
         if packets:
             entry[LARGE] = round(large / packets, 4)
     return info
@@ -442,7 +445,9 @@ def _write_members(staged: StagedFile, members: Iterable[tuple[str, Any]]) -> No
     """A JSON object written member by member: the bytes ``json.dumps`` gives for the whole dict."""
     staged.write(b"{")
     for position, (key, value) in enumerate(members):
-        staged.write(f"{', ' if position else ''}{json.dumps(key)}: {json.dumps(value)}".encode())
+        # no container repeats (the members are fresh trees): skipping json's cycle check is faster
+        text = json.dumps(value, check_circular=False)
+        staged.write(f"{', ' if position else ''}{json.dumps(key)}: {text}".encode())
     staged.write(b"}")
 
 
