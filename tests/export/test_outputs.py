@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, Summa
 from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
 from profstream.engine.layouts.timeline import default_task_type
 from profstream.engine.layouts.torch_npu import _steps_of
+from profstream.engine.layouts.torch_npu import summary_outputs as torch_npu_summary
 from profstream.engine.schema import NO_ID
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
@@ -182,3 +184,38 @@ def test_default_task_type_is_the_device_type_for_ffts_and_unknown_hosts() -> No
         }
     )
     assert default_task_type(rows).to_pylist() == ["KERNEL_AICORE", "AIV_SQE", "SDMA_SQE", "EVENT_RECORD_SQE"]
+
+
+def test_memory_record_puts_each_device_s_app_rows_first_in_device_name_order(tmp_path: Path) -> None:
+    """memory_record.csv: per device (in msprof's name order: device_1, device_10, device_2), its APP rows,
+    then the others. The spool keys are device and part; as numbers (device * 2 + part) device 10's
+    keys sorted as names between device 1's APP rows and the rest."""
+    context = replace(_context(tmp_path), devices=(1, 2, 10))
+    output = next(o for o in torch_npu_summary(context) if "memory_record" in o.tables)
+    rows = [(2, "PTA", 1), (10, "APP", 2), (1, "PTA", 3), (1, "APP", 4), (10, "GE", 5), (2, "APP", 6)]
+    batch = schema.conform(
+        schema.TABLES["memory_record"],
+        {
+            "device_id": [d for d, _, _ in rows],
+            "component": pa.array([c for _, c, _ in rows]),
+            "time_ns": [t for _, _, t in rows],
+            "total_allocated": [1 << 20] * len(rows),
+            "total_reserved": [2 << 20] * len(rows),
+            "total_active": [1 << 20] * len(rows),
+            "stream_ptr": pa.nulls(len(rows), pa.int64()),
+            "device_type": pa.array([f"NPU:{d}" for d, _, _ in rows]),
+        },
+    )
+    for one in pa.table(batch).to_batches(max_chunksize=2):
+        output.write("memory_record", one)
+    (path,) = output.close()
+    with path.open(newline="") as f:
+        written = [(r["Device Type"], r["Component"]) for r in csv.DictReader(f)]
+    assert written == [
+        ("NPU:1", "APP"),
+        ("NPU:1", "PTA"),
+        ("NPU:10", "APP"),
+        ("NPU:10", "GE"),
+        ("NPU:2", "APP"),
+        ("NPU:2", "PTA"),
+    ]

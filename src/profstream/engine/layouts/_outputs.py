@@ -165,7 +165,11 @@ class Output(ABC):
         """Remove every temporary file."""
 
 
-def key_order(keys: Iterable[int]) -> list[int]:
+#: a spool key: a device id, or a device id and a part, ``"<device>/<part>"``
+SpoolKey = int | str
+
+
+def key_order(keys: Iterable[SpoolKey]) -> list[SpoolKey]:
     """Spool keys (device ids) in the order msprof merges its device dirs: by name, so ``device_10``
     comes before ``device_2`` (msprof_outputs.md §1.4)."""
     return sorted(keys, key=str)
@@ -180,10 +184,10 @@ class Spool:
     def __init__(self, directory: Path, name: str = "rows") -> None:
         self.directory = directory
         self.name = name
-        self._writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
-        self._paths: dict[int, Path] = {}
+        self._writers: dict[SpoolKey, pa.ipc.RecordBatchStreamWriter] = {}
+        self._paths: dict[SpoolKey, Path] = {}
 
-    def write(self, key: int, batch: pa.RecordBatch) -> None:
+    def write(self, key: SpoolKey, batch: pa.RecordBatch) -> None:
         writer = self._writers.get(key)
         if writer is None:
             path = self.directory / f"{self.name}-{len(self._paths)}.arrows"
@@ -191,11 +195,11 @@ class Spool:
             writer = self._writers[key] = pa.ipc.new_stream(str(path), batch.schema)
         writer.write_batch(batch)
 
-    def pending(self) -> list[int]:
+    def pending(self) -> list[SpoolKey]:
         """The keys with rows not yet read back, in order."""
         return key_order(self._paths)
 
-    def read(self, key: int) -> Iterator[pa.RecordBatch]:
+    def read(self, key: SpoolKey) -> Iterator[pa.RecordBatch]:
         """The batches of ``key`` as written; its file is deleted once they are all read."""
         path = self._paths.pop(key)
         self._writers.pop(key).close()
@@ -226,9 +230,9 @@ class SortedSpool:
         self.order = order
         self.in_order = Spool(directory)
         self.late = Spool(directory, "late")
-        self._highest: dict[int, int] = {}  # per key, the largest value spooled in order
+        self._highest: dict[SpoolKey, int] = {}  # per key, the largest value spooled in order
 
-    def write(self, key: int, batch: pa.RecordBatch) -> None:
+    def write(self, key: SpoolKey, batch: pa.RecordBatch) -> None:
         rows = batch.sort_by(self.order)
         late = pc.less(rows.column(self.order), self._highest.get(key, self._LOWEST)).fill_null(True)
         if pc.any(late).as_py():

@@ -259,11 +259,14 @@ def _api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
 
 def _first_then_others(column: str, first: str) -> Callable[[pa.RecordBatch], pa.Array]:
     """A spool key putting, per device, the rows whose ``column`` is ``first`` before the others
-    (memory_record's APP rows, operator_memory's PyTorch rows; module docstring)."""
+    (memory_record's APP rows, operator_memory's PyTorch rows; module docstring): ``"<device>/0"`` or
+    ``"<device>/1"``, which :func:`key_order` sorts by device name, then part (``/`` sorts before the
+    digits: ``1/1`` before ``10/0``)."""
 
     def key(batch: pa.RecordBatch) -> pa.Array:
-        later = pc.cast(pc.not_equal(text(batch.column(column)), first), pa.int64())
-        return pc.add(pc.multiply(pc.cast(batch.column("device_id"), pa.int64()), 2), later)
+        later = pc.if_else(pc.equal(text(batch.column(column)), first), "0", "1")
+        device = pc.cast(batch.column("device_id"), pa.string())
+        return pc.binary_join_element_wise(device, later, "/")
 
     return key
 
@@ -289,9 +292,9 @@ class Communication(Output):
         self._spool.write(self.tables.index(table), batch)
 
     def finish(self) -> None:
-        for key in self._spool.pending():
-            for batch in self._spool.read(key):
-                self.sink.write(self.tables[key], batch)
+        for key, table in enumerate(self.tables):
+            for batch in self._spool.read(key) if key in self._spool.pending() else ():
+                self.sink.write(table, batch)
         shutil.rmtree(self._spool_dir, ignore_errors=True)
         self.sink.finish()
 
