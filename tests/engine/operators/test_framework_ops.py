@@ -553,3 +553,35 @@ def test_simulated_run(simulated: tuple[Path, Path]) -> None:
     assert len(expected) > records[OPS] // 2
     entry = unmatched(logs)
     assert entry["marks_without_start"] == entry["starts_never_ended"] == entry["late_ops"] == 0
+
+
+_SIDE = st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(0, 20)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 8), _SIDE, _SIDE), max_size=30),
+    st.lists(st.tuples(st.integers(0, 8), _SIDE, _SIDE), min_size=1, max_size=30),
+)
+def test_merging_sequences_equals_reducing_them_together(
+    held_rows: list[tuple[int, Any, Any]], new_rows: list[tuple[int, Any, Any]]
+) -> None:
+    """The forward/backward op kept per sequence number: merging a batch into the held rows gives what
+    reducing the held and new rows at once gives (later op wins, the first seen on a tie)."""
+
+    def columns(rows: list[tuple[int, Any, Any]]) -> dict[str, np.ndarray]:
+        out: dict[str, list[int]] = collections.defaultdict(list)
+        for seq, *sides in rows:
+            out["seq"].append(seq)
+            for side, value in zip(("fwd", "bwd"), sides, strict=True):
+                tid, ts = value if value is not None else (framework_ops.NULL, framework_ops.NULL)
+                out[f"{side}_pid"].append(framework_ops.NULL if value is None else 1)
+                out[f"{side}_tid"].append(tid)
+                out[f"{side}_ts"].append(ts)
+        return {name: np.asarray(out[name], np.int64) for name in framework_ops._FWD}
+
+    held = framework_ops._latest_per_sequence(columns(held_rows))
+    new = columns(new_rows)
+    merged = framework_ops._merge_sequences(held, framework_ops._latest_per_sequence(new))
+    expected = framework_ops._latest_per_sequence(columns(held_rows + new_rows))
+    assert {k: v.tolist() for k, v in merged.items()} == {k: v.tolist() for k, v in expected.items()}

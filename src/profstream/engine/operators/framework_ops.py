@@ -201,6 +201,40 @@ def _upsert(table: Columns, new: Columns) -> Columns:
     return take(joined, keys.size - 1 - last)
 
 
+def _latest_per_sequence(ops: Columns) -> Columns:
+    """One row per sequence number (sorted), with each side's latest op (absent last); at equal times
+    the first seen, as torch_npu replaces only on a later ts."""
+    merged: Columns = {}
+    for side in ("fwd", "bwd"):
+        ts = ops[f"{side}_ts"]
+        later_first = np.where(ts == NULL, np.iinfo(np.int64).max, -ts)
+        order = np.lexsort((np.arange(ts.size), later_first, ops["seq"]))
+        first = np.ones(order.size, np.bool_)
+        first[1:] = ops["seq"][order][1:] != ops["seq"][order][:-1]
+        firsts = order[first]
+        for col in ("pid", "tid", "ts"):
+            merged[f"{side}_{col}"] = ops[f"{side}_{col}"][firsts]
+        merged["seq"] = ops["seq"][firsts]
+    return {name: merged[name] for name in _FWD}
+
+
+def _merge_sequences(held: Columns, new: Columns) -> Columns:
+    """:func:`_latest_per_sequence` of ``held`` and then ``new`` (both already one row per sequence
+    number): a new side's op replaces a held one only when it is later, and new sequence numbers are
+    inserted in order. The held rows are not sorted again (tens of thousands wait for their backward ops)."""
+    at = np.searchsorted(held["seq"], new["seq"])
+    known = at < held["seq"].size
+    known[known] = held["seq"][at[known]] == new["seq"][known]
+    merged = {name: values.copy() for name, values in held.items()}
+    rows, updates = at[known], {name: values[known] for name, values in new.items()}
+    for side in ("fwd", "bwd"):
+        ts, held_ts = updates[f"{side}_ts"], merged[f"{side}_ts"][rows]
+        later = (ts != NULL) & ((held_ts == NULL) | (ts > held_ts))
+        for col in ("pid", "tid", "ts"):
+            merged[f"{side}_{col}"][rows[later]] = updates[f"{side}_{col}"][later]
+    return {name: np.insert(merged[name], at[~known], new[name][~known]) for name in _FWD}
+
+
 class FrameworkOps(Operator):
     """``torch_op_range`` (+ ``torch_op_mark``, ``tasks@<d>``, ``comm@<d>``) -> ``ops`` and ``flows``.
 
@@ -562,19 +596,7 @@ class FrameworkOps(Operator):
             "bwd_tid": np.where(forward, none, tid),
             "bwd_ts": np.where(forward, none, ts),
         }
-        joined = concat(self._fwd, new)
-        merged: Columns = {}
-        for side in ("fwd", "bwd"):
-            ts_col = joined[f"{side}_ts"]
-            # latest per seq (absent last); at equal times the first seen, as torch_npu replaces
-            # only on a later ts
-            later_first = np.where(ts_col == NULL, np.iinfo(np.int64).max, -ts_col)
-            order = np.lexsort((np.arange(ts_col.size), later_first, joined["seq"]))
-            firsts = order[np.r_[True, joined["seq"][order][1:] != joined["seq"][order][:-1]]]
-            for col in ("pid", "tid", "ts"):
-                merged[f"{side}_{col}"] = joined[f"{side}_{col}"][firsts]
-            merged["seq"] = joined["seq"][firsts]
-        self._fwd = {name: merged[name] for name in _FWD}
+        self._fwd = _merge_sequences(self._fwd, _latest_per_sequence(new))
 
     # ------------------------------------------------------------------ flows
 
