@@ -61,14 +61,28 @@ def op_flow_ends(comm: pa.RecordBatch) -> pa.Array:
 KERNEL_COLUMNS = ("device_id", "stream_id", "start_ns", "end_ns", "launch_ns", "task_type", "group_name")
 
 
+class _LastKernels:
+    """The answer for the last batch :func:`kernel_rows` was asked about: FrameworkOps and
+    FrameworkSteps both ask about every ``tasks`` batch of a pipeline, one after the other. The batch
+    is held, so its identity cannot be taken by another one."""
+
+    batch: pa.RecordBatch | None = None
+    ops = False
+    answer: tuple[pa.RecordBatch, Int64Array] | None = None
+
+
 def kernel_rows(batch: pa.RecordBatch, *, ops: bool) -> tuple[pa.RecordBatch, Int64Array]:
     """The rows of a ``tasks`` batch (``ops`` False) or a ``comm`` batch (``ops`` True) that are kernels,
     with the :data:`KERNEL_COLUMNS` the batch has (a ``tasks`` batch has some forty others), and each
     one's stream id: NULL for a communication op, which has none (an ``async_npu`` flow's ``dst_tid``
-    is null there too)."""
+    is null there too). The arrays are shared with the next caller asking about the same batch: read
+    them, do not change them."""
+    if _LastKernels.batch is batch and _LastKernels.ops == ops and _LastKernels.answer is not None:
+        return _LastKernels.answer
     kept = batch.select([name for name in KERNEL_COLUMNS if name in batch.schema.names])
     rows = kept.filter(op_flow_ends(batch) if ops else task_flow_ends(batch))
     stream = np.full(rows.num_rows, NULL, np.int64) if ops else ints(rows.column("stream_id"))
+    _LastKernels.batch, _LastKernels.ops, _LastKernels.answer = batch, ops, (rows, stream)
     return rows, stream
 
 
