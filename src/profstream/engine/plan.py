@@ -29,7 +29,8 @@ torch_python_tracer_func, ops (their threads), torch_python_tracer_hash (names) 
 python_calls; torch_gc_record -> GcRecords -> gc.
 
 An export may run the first stage, task pairing, API events and step tags, in a process of its own
-(:meth:`Planner.front`), whose streams the rest of the pipeline reads as feeds.
+(:meth:`Planner.front`), whose streams the rest of the pipeline reads as feeds; and the last stage, the
+operators only its outputs read (:meth:`Planner.last_stage`), in its writer, on the rest's streams.
 
 Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
 the 60000/60001 step markers, else model iterations.
@@ -440,7 +441,7 @@ class Planner:
         kept, feeds, wanted = self._needed([*table_list, *here], provided=set(provided))
         stage = {id(op): op for op in kept if not set(op.outputs) & kept_here}
         moved = True
-        while moved:  # an operator leaving the stage takes the operators it reads with it
+        while moved:  # an operator leaving the stage takes those whose outputs it reads with it
             rest = [op for op in kept if id(op) not in stage]
             read_by_rest = {name for op in rest for name in op.inputs}
             leaving = [
