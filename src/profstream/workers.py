@@ -39,7 +39,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 import pyarrow as pa
 
-from profstream.engine.runtime import StageMessage
+from profstream.engine.runtime import StageMessage, ipc_size, write_ipc
 from profstream.errors import ProfstreamError
 
 T = TypeVar("T")
@@ -239,15 +239,9 @@ class BatchPipe:
 
         The IPC stream is measured, then written straight into the pipe: a buffer of the whole stream
         would double a large batch in this process for as long as the pipe takes to drain it."""
-        measured = pa.MockOutputStream()
-        with pa.ipc.new_stream(measured, batch.schema) as writer:
-            writer.write(batch)
-        self._writer.send_bytes(msgspec.msgpack.encode((name, None, measured.size())))
-        with (
-            os.fdopen(self._writer.fileno(), "wb", buffering=PIPE_BYTES, closefd=False) as pipe,
-            pa.ipc.new_stream(pa.PythonFile(pipe, mode="w"), batch.schema) as writer,
-        ):
-            writer.write(batch)
+        self._writer.send_bytes(msgspec.msgpack.encode((name, None, ipc_size(batch))))
+        with os.fdopen(self._writer.fileno(), "wb", buffering=PIPE_BYTES, closefd=False) as pipe:
+            write_ipc(pa.PythonFile(pipe, mode="w"), batch)
 
     def send_mark(self, name: str, watermark: int) -> None:
         """Nothing older than ``watermark`` will come in stream ``name`` (DONE: nothing more)."""

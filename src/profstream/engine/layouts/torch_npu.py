@@ -292,9 +292,9 @@ class Communication(Output):
         self._spool.write(self.tables.index(table), batch)
 
     def finish(self) -> None:
-        for key, table in enumerate(self.tables):
-            for batch in self._spool.read(key) if key in self._spool.pending() else ():
-                self.sink.write(table, batch)
+        for key in self._spool.pending():
+            for batch in self._spool.read(key):
+                self.sink.write(self.tables[int(key)], batch)
         shutil.rmtree(self._spool_dir, ignore_errors=True)
         self.sink.finish()
 
