@@ -285,5 +285,8 @@ def test_remove_temporaries_takes_only_the_files_of_that_process(tmp_path: Path)
     other.write_bytes(b"")
     final = tmp_path / "op_summary_1.csv"
     final.write_bytes(b"kept")
-    assert remove_temporaries(tmp_path, os.getpid()) == [mine.temp]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([other.name, final.name])
+    partition = StagedFile(tmp_path / "tasks" / "device_id=0", "part-0.parquet.rows")  # Parquet's spill
+    partition.finish()
+    assert sorted(remove_temporaries(tmp_path, os.getpid())) == sorted([mine.temp, partition.temp])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([other.name, final.name, "tasks"])
+    assert list((tmp_path / "tasks").rglob("*.part")) == []

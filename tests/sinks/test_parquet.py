@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profstream.sinks import BufferBudget, ParquetSink, read_dataset
+from profstream.sinks import _parquet_footer as parquet_footer
 
 SCHEMA = pa.schema(
     [
@@ -83,17 +84,100 @@ def test_row_groups_are_coalesced_to_the_row_group_size(tmp_path: Path) -> None:
     assert pq.read_table(path).column("start_ns").to_pylist() == list(range(48))
 
 
-def test_the_buffer_cap_writes_the_largest_partition_early(tmp_path: Path) -> None:
-    """Past max_buffered_bytes the largest buffer goes out as a smaller row group, so memory stays bounded."""
+def test_past_the_buffer_cap_rows_wait_on_disk_and_row_groups_stay_full(tmp_path: Path) -> None:
+    """Past max_buffered_bytes the largest buffer is spilled to a hidden file, so memory stays
+    bounded while every row group but the last still has row_group_rows rows."""
     one = batch(0, 100, [0])
-    with ParquetSink(tmp_path, SCHEMA, row_group_rows=1_000, max_buffered_bytes=one.nbytes * 2) as sink:
-        for start in range(0, 500, 100):
-            sink.write(batch(start, 100, [0]))
+    sink = ParquetSink(tmp_path, SCHEMA, row_group_rows=1_000, max_buffered_bytes=one.nbytes * 2)
+    written = []
+    for start in range(0, 2_500, 100):
+        written.append(batch(start, 100, [0]))
+        sink.write(written[-1])
+        assert sink.budget.buffered <= one.nbytes * 2
+        if start == 400:
+            [spilled] = (tmp_path / "device_id=0").glob(".part-0.parquet.rows.*.part")
+    assert not spilled.exists()  # read into the first row group and removed
+    sink.close()
     meta = pq.ParquetFile(sink.paths[0]).metadata
-    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    assert sum(groups) == 500
-    assert len(groups) > 1
-    assert all(g < 1_000 for g in groups)
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1_000, 1_000, 500]
+    back = pq.read_table(sink.paths[0])
+    assert back.to_pylist() == pa.Table.from_batches(written).drop_columns(["device_id"]).to_pylist()
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == ["part-0.parquet"]
+
+
+WIDE = pa.schema(
+    [
+        ("name", pa.dictionary(pa.int32(), pa.string())),
+        ("label", pa.string()),
+        ("start_ns", pa.int64()),
+        ("size", pa.int32()),
+        ("ratio", pa.float64()),
+        ("flag", pa.bool_()),
+        ("shape", pa.list_(pa.int64())),
+        ("missing", pa.int64()),
+    ]
+)
+
+
+def wide_batch(start: int, rows: int) -> pa.RecordBatch:
+    index = np.arange(start, start + rows)
+    return pa.record_batch(
+        [
+            pa.array([f"op{i % 7}" for i in index.tolist()]).dictionary_encode(),
+            pa.array([None if i % 11 == 0 else f"label {i % 13}" for i in index.tolist()]),
+            pa.array(index * 1_000 + 17),
+            pa.array(index % 300, pa.int32()),
+            pa.array(index / 3.0),
+            pa.array(index % 3 == 0),
+            pa.array([list(range(i % 4)) for i in index.tolist()], pa.list_(pa.int64())),
+            pa.nulls(rows, pa.int64()),
+        ],
+        schema=WIDE,
+    )
+
+
+def test_row_groups_assembled_by_column_are_what_pyarrow_writes_whole(tmp_path: Path) -> None:
+    """The sink writes a row group column by column (spilled rows read back from disk) and the
+    footer itself; its file must hold what pyarrow writes for the whole table in one call: the same
+    rows and schema, and per column chunk the same statistics, encodings and sizes."""
+    written = [wide_batch(start, 250) for start in range(0, 2_750, 250)]
+    with ParquetSink(tmp_path, WIDE, partition_by=None, row_group_rows=1_000, max_buffered_bytes=0) as sink:
+        for data in written:
+            sink.write(data)
+    table = pa.Table.from_batches(written)
+    pq.write_table(
+        table,
+        tmp_path / "whole.parquet",
+        row_group_size=1_000,
+        compression="zstd",
+        use_dictionary=["name", "label"],
+    )
+    ours, whole = pq.ParquetFile(sink.paths[0]), pq.ParquetFile(tmp_path / "whole.parquet")
+    assert ours.read().equals(whole.read())
+    assert ours.schema_arrow == whole.schema_arrow == WIDE
+
+    def described(path: Path) -> parquet_footer.Struct:
+        """The file's footer, every offset into the file zeroed."""
+        metadata = parquet_footer.split_file(path.read_bytes())[1]
+        groups = []
+        for group in parquet_footer.field(metadata, parquet_footer.FILE_ROW_GROUPS)[1]:
+            chunks = [
+                parquet_footer.moved_chunk(chunk, -parquet_footer.chunk_start(chunk))
+                for chunk in parquet_footer.field(group, parquet_footer.GROUP_COLUMNS)[1]
+            ]
+            changes = {
+                parquet_footer.GROUP_COLUMNS: (parquet_footer.LIST, (parquet_footer.STRUCT, chunks)),
+                parquet_footer.GROUP_FILE_OFFSET: (parquet_footer.I64, 0),
+            }
+            groups.append(parquet_footer.with_fields(group, changes))
+        return parquet_footer.with_fields(
+            metadata, {parquet_footer.FILE_ROW_GROUPS: (parquet_footer.LIST, (parquet_footer.STRUCT, groups))}
+        )
+
+    assert described(sink.paths[0]) == described(tmp_path / "whole.parquet")
+    assert [ours.metadata.row_group(i).num_rows for i in range(3)] == [1_000, 1_000, 750]
+    first = ours.metadata.row_group(1).column(0)
+    assert first.dictionary_page_offset is not None and first.data_page_offset > first.dictionary_page_offset
 
 
 @given(
@@ -139,10 +223,10 @@ def test_a_table_without_the_partition_column_is_one_file(tmp_path: Path) -> Non
 
 def test_abort_leaves_no_parquet_file(tmp_path: Path) -> None:
     """Files being written are hidden (dataset readers skip them) and removed by abort."""
-    sink = ParquetSink(tmp_path, SCHEMA, row_group_rows=5)
-    sink.write(batch(0, 20, [0, 1]))
+    sink = ParquetSink(tmp_path, SCHEMA, row_group_rows=5, max_buffered_bytes=0)
+    sink.write(batch(0, 24, [0, 1]))
     hidden = list(tmp_path.rglob("*.part"))
-    assert len(hidden) == 2
+    assert len(hidden) == 4  # each device's file and its spilled rows (the 2 past its 10)
     assert all(p.name.startswith(".") for p in hidden)
     assert read_dataset(tmp_path, SCHEMA).to_table().num_rows == 0
     sink.abort()

@@ -42,7 +42,7 @@ from profstream.sinks.parquet import BufferBudget, ParquetSink
 COMM_OPS_TABLE = "comm_op_info"
 #: tables the communication entries and the step trace need from the pipeline
 KEPT = ("step_time", "framework_steps", "comm_ops", "comm_links")
-#: what the rank's sinks (one per table) buffer together before the largest writes a row group early
+#: what the rank's sinks (one per table) buffer in memory together before the largest spills to disk
 SINK_BUFFER_BYTES = 64 << 20
 
 #: cluster_step_trace_time.csv value columns: step_trace_time.csv's (framework_outputs.md §3.4)

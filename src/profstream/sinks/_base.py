@@ -107,11 +107,11 @@ class StagedFile:
 
 
 def remove_temporaries(directory: Path, pid: int) -> list[Path]:
-    """Remove the temporary files (:class:`StagedFile`) process ``pid`` made in ``directory``: an
-    export part stopped by a signal may be stopped while a sink creates one, before the sink knows its
-    file, so aborting the sinks alone could leave it behind."""
+    """Remove the temporary files (:class:`StagedFile`) process ``pid`` made in ``directory`` and
+    below it (Parquet partitions): an export part stopped by a signal may be stopped while a sink
+    creates one, before the sink knows its file, so aborting the sinks alone could leave it behind."""
     removed = []
-    for path in directory.glob(f".*.{pid}.*.part"):
+    for path in directory.rglob(f".*.{pid}.*.part"):
         path.unlink(missing_ok=True)
         removed.append(path)
     return removed

@@ -7,12 +7,13 @@ partition column is one file ``{directory}/part-0.parquet``; rows whose device i
 :func:`read_dataset` (or ``duckdb.read_parquet('dir/**/*.parquet', hive_partitioning=true)``).
 
 Row groups: small streaming batches make small row groups, which are both slower and about 40%
-larger (peers.md §5.5), so batches are buffered per partition and written ``row_group_rows``
-(1,000,000) rows at a time, zstd-compressed, text columns dictionary-encoded and the others plain;
-the rest goes out at close. To keep memory bounded, when the buffers pass their
-:class:`BufferBudget` (``max_buffered_bytes`` of the sink's own, or one shared by several sinks)
-the largest one is written early as a smaller row group: a million rows of a wide table (the tasks
-table: about 330 bytes a row) would hold more memory than a whole export may use.
+larger (peers.md §5.5), so each partition's rows are written ``row_group_rows`` (1,000,000) at a
+time, zstd-compressed, text columns dictionary-encoded and the others plain; the rest goes out at
+close. A million rows of a wide table (the tasks table: about 330 bytes a row) would hold more
+memory than a whole export may use, so the rows wait on disk, not in memory: when the buffers pass
+their :class:`BufferBudget` (``max_buffered_bytes`` of the sink's own, or one shared by several
+sinks) the largest is spilled to a hidden Arrow IPC file, and a full row group is written one
+column at a time from that file, memory-mapped (:mod:`profstream.sinks._parquet_footer` says how).
 
 Each file is written under a hidden temporary name (which ``pyarrow.dataset`` and DuckDB globs
 skip) and renamed into place at close, replacing a file of the same name.
@@ -20,6 +21,10 @@ skip) and renamed into place at close, replacing a file of the same name.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import mmap
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from profstream import events as log_events
+from profstream.sinks import _parquet_footer as pf
 from profstream.sinks._base import StagedFile, TableSink, sink_error
 
 if TYPE_CHECKING:
@@ -41,8 +47,8 @@ NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
 class BufferBudget:
-    """The bytes the :class:`ParquetSink` objects sharing it may buffer together; past it, the
-    largest partition of any of them is written early, as a smaller row group."""
+    """The bytes the :class:`ParquetSink` objects sharing it may buffer together in memory; past
+    it, the largest partition of any of them is spilled to disk until its row group is full."""
 
     def __init__(self, limit: int) -> None:
         if limit < 0:
@@ -56,29 +62,132 @@ class BufferBudget:
 
     @property
     def buffered(self) -> int:
-        """The bytes buffered by every sink sharing the budget."""
+        """The bytes buffered in memory by every sink sharing the budget."""
         return sum(part.nbytes for sink in self._sinks for part in sink._partitions.values())
 
     def enforce(self) -> None:
-        """Write the largest buffers early until the rest fits the budget."""
+        """Spill the largest buffers until the rest fits the budget."""
         while self.buffered > self.limit:
             sink, part = max(
                 ((sink, part) for sink in self._sinks for part in sink._partitions.values()),
                 key=lambda pair: pair[1].nbytes,
             )
-            sink._flush(part, part.rows)
+            sink._spill(part)
+
+
+class _Spill:
+    """Rows of one partition waiting on disk for their row group: an Arrow IPC stream (a stream,
+    not a file, since each batch may bring its own dictionaries), read back memory-mapped."""
+
+    def __init__(self, directory: Path, stem: str, schema: pa.Schema) -> None:
+        self.staged = StagedFile(directory, stem)
+        self.staged.finish()  # pyarrow writes the path itself
+        self.rows = 0
+        self._writer = pa.ipc.new_stream(str(self.staged.temp), schema)
+
+    def append(self, batches: list[pa.RecordBatch]) -> None:
+        try:
+            for batch in batches:
+                self._writer.write_batch(batch)
+        except OSError as err:
+            raise sink_error(self.staged.temp, err, "write") from err
+        self.rows += sum(batch.num_rows for batch in batches)
+
+    def columns(self) -> Iterator[list[pa.Array]]:
+        """Each column of the spilled batches in turn (the writer is closed first). The arrays map
+        the file; the pages one column reads are let go of before the next column is yielded, so the
+        process holds about one column's pages, not the row group's."""
+        try:
+            self._writer.close()
+            with self.staged.temp.open("rb") as file:
+                mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as err:
+            raise sink_error(self.staged.temp, err, "read back") from err
+        reader = pa.ipc.open_stream(pa.py_buffer(mapped))  # unmapped when its last array goes
+        batches = list(reader)
+        for index in range(len(reader.schema)):
+            yield [batch.column(index) for batch in batches]
+            mapped.madvise(mmap.MADV_DONTNEED)  # shared file pages: they stay in the page cache
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError, pa.ArrowException):  # the rows are thrown away
+            self._writer.close()
+        self.staged.discard()
+
+
+class _ParquetFile:
+    """A Parquet file assembled one column chunk at a time: pyarrow writes each column of a row
+    group as a one-column file, whose body is copied here; the footer, written at close, is the
+    ``FileMetaData`` pyarrow writes for the whole schema with these row groups in it."""
+
+    def __init__(self, directory: Path, name: str, schema: pa.Schema, compression: str) -> None:
+        self.schema = schema
+        self.compression = compression
+        self.text_columns = set(_dictionary_columns(schema))
+        empty = self._file_bytes(schema.empty_table())
+        self.metadata = pf.split_file(empty)[1]
+        self.row_groups: list[pf.Struct] = []
+        self.rows = 0
+        self.staged = StagedFile(directory, name)
+        self.staged.write(pf.MAGIC)
+
+    def _file_bytes(self, table: pa.Table) -> pa.Buffer:
+        sink = pa.BufferOutputStream()
+        pq.write_table(
+            table,
+            sink,
+            row_group_size=max(table.num_rows, 1),
+            compression=self.compression,
+            use_dictionary=[name for name in table.column_names if name in self.text_columns],
+        )
+        return sink.getvalue()
+
+    def write_row_group(self, columns: Iterator[pa.ChunkedArray], rows: int) -> None:
+        """Write one row group of ``rows`` rows, given its columns in schema order."""
+        chunks: list[pf.Struct] = []
+        groups: list[pf.Struct] = []
+        for schema_field, column in zip(self.schema, columns, strict=True):
+            table = pa.Table.from_arrays([column], schema=pa.schema([schema_field]))
+            body, metadata = pf.split_file(self._file_bytes(table))
+            [group] = pf.field(metadata, pf.FILE_ROW_GROUPS)[1]
+            shift = self.staged.bytes_written - len(pf.MAGIC)
+            self.staged.write(body)
+            chunks += [pf.moved_chunk(chunk, shift) for chunk in pf.field(group, pf.GROUP_COLUMNS)[1]]
+            groups.append(group)
+        changes = {
+            pf.GROUP_COLUMNS: (pf.LIST, (pf.STRUCT, chunks)),
+            pf.GROUP_NUM_ROWS: (pf.I64, rows),
+            pf.GROUP_FILE_OFFSET: (pf.I64, pf.chunk_start(chunks[0])),
+        }
+        for summed in (pf.GROUP_TOTAL_BYTE_SIZE, pf.GROUP_TOTAL_COMPRESSED_SIZE):
+            if pf.field(groups[0], summed) is not None:
+                changes[summed] = (pf.I64, sum(pf.field(group, summed) for group in groups))
+        if pf.field(groups[0], pf.GROUP_ORDINAL) is not None:
+            changes[pf.GROUP_ORDINAL] = (pf.I16, len(self.row_groups))
+        self.row_groups.append(pf.with_fields(groups[0], changes))
+        self.rows += rows
+
+    def close(self) -> None:
+        """Write the footer and close the file (still under its temporary name)."""
+        changes = {
+            pf.FILE_NUM_ROWS: (pf.I64, self.rows),
+            pf.FILE_ROW_GROUPS: (pf.LIST, (pf.STRUCT, self.row_groups)),
+        }
+        metadata = pf.with_fields(self.metadata, changes)
+        self.staged.write(pf.footer(metadata))
+        self.staged.finish()
 
 
 @dataclass
 class _Partition:
-    """The buffered rows and the open file of one partition."""
+    """The rows of one partition waiting for their row group (in memory, then spilled) and its file."""
 
     directory: Path
     batches: list[pa.RecordBatch] = field(default_factory=list)
-    rows: int = 0
-    nbytes: int = 0
-    staged: StagedFile | None = None
-    writer: pq.ParquetWriter | None = None
+    rows: int = 0  # in memory and spilled
+    nbytes: int = 0  # in memory
+    spill: _Spill | None = None
+    file: _ParquetFile | None = None
 
 
 def _dictionary_columns(schema: pa.Schema) -> list[str]:
@@ -144,23 +253,34 @@ class ParquetSink(TableSink):
         while part.rows >= self.row_group_rows:
             self._flush(part, self.row_group_rows)
 
+    def _spill(self, part: _Partition) -> None:
+        """Move the partition's rows held in memory to its spill file."""
+        if part.spill is None:
+            part.spill = _Spill(part.directory, f"{self.file_name}.rows", self.file_schema)
+        part.spill.append(part.batches)
+        part.batches = []
+        part.nbytes = 0
+
     def _flush(self, part: _Partition, rows: int) -> None:
-        """Write the first ``rows`` buffered rows of ``part`` as one row group."""
-        table = pa.Table.from_batches(part.batches, self.file_schema)
-        group, rest = table.slice(0, rows), table.slice(rows)
-        if part.writer is None:
-            part.staged = StagedFile(part.directory, self.file_name)
-            part.staged.finish()  # pyarrow writes the path itself
-            part.writer = pq.ParquetWriter(
-                part.staged.temp,
-                self.file_schema,
-                compression=self.compression,
-                use_dictionary=_dictionary_columns(self.file_schema),
-            )
+        """Write the first ``rows`` waiting rows of ``part`` (the spilled ones first) as one row group."""
+        spill, spilled = part.spill, part.spill.rows if part.spill else 0
+        held = pa.Table.from_batches(part.batches, self.file_schema)
+        group, rest = held.slice(0, rows - spilled), held.slice(rows - spilled)
+        if part.file is None:
+            part.file = _ParquetFile(part.directory, self.file_name, self.file_schema, self.compression)
+
+        def columns() -> Iterator[pa.ChunkedArray]:
+            spilled = spill.columns() if spill is not None else itertools.repeat([], len(self.file_schema))
+            for index, (schema_field, from_disk) in enumerate(zip(self.file_schema, spilled, strict=True)):
+                yield pa.chunked_array(from_disk + group.column(index).chunks, schema_field.type)
+
         try:
-            part.writer.write_table(group, row_group_size=max(rows, 1))
+            part.file.write_row_group(columns(), rows)
         except OSError as err:
-            raise sink_error(part.staged.temp if part.staged else part.directory, err, "write") from err
+            raise sink_error(part.file.staged.temp, err, "write") from err
+        if spill is not None:
+            spill.discard()
+            part.spill = None
         part.batches = rest.combine_chunks().to_batches() if rest.num_rows else []
         part.rows = rest.num_rows
         part.nbytes = sum(b.nbytes for b in part.batches)
@@ -169,24 +289,24 @@ class ParquetSink(TableSink):
         for part in self._partitions.values():
             if part.rows:
                 self._flush(part, part.rows)
-            if part.writer is not None:
-                part.writer.close()
+            if part.file is not None:
+                part.file.close()
 
     def _commit(self) -> list[Path]:
         paths = []
         for part in self._partitions.values():
-            if part.writer is None or part.staged is None:
+            if part.file is None:
                 continue
-            paths.append(part.staged.commit(self.file_name))
+            paths.append(part.file.staged.commit(self.file_name))
             self._log.info(log_events.FILE_WRITTEN, file=str(paths[-1]))
         return paths
 
     def _discard(self) -> None:
         for part in self._partitions.values():
-            if part.writer is not None:
-                part.writer.close()
-            if part.staged is not None:
-                part.staged.discard()
+            if part.spill is not None:
+                part.spill.discard()
+            if part.file is not None:
+                part.file.staged.discard()
         self._partitions.clear()  # nothing left for a shared budget to write
 
 

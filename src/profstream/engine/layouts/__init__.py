@@ -34,8 +34,8 @@ OUTPUT_DIRS = {"msprof": msprof.OUTPUT_DIR, "torch_npu": torch_npu.OUTPUT_DIR, "
 #: file name prefixes of the chrome-trace timelines (``trace_view[_N].json``, ``msprof_{ts}[_N].json``,
 #: ``step_trace_{ts}[_N].json``); with ``--format csv`` no summary JSON starts with them
 _TIMELINE_PREFIXES = ("trace_view", "msprof_", "step_trace_")
-#: what the Parquet sinks of one export process buffer together (sinks/parquet.py BufferBudget): a
-#: million rows of every table at once would be about 900 MB at 1 GB of raw data
+#: what the Parquet sinks of one export process hold in memory together (sinks/parquet.py BufferBudget;
+#: more waits on disk): a million rows of every table at once would be about 900 MB at 1 GB of raw data
 PARQUET_BUFFER_BYTES = 64 << 20
 
 
