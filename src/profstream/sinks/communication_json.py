@@ -273,7 +273,7 @@ class _Index:
     of the files can be built from its own rows: the files are written a step at a time."""
 
     def __init__(self, ops: pa.Table, links: pa.Table | None, steps: pa.Table | None) -> None:
-        self.ops = _fetchable(ops.sort_by("start_ns"), OP_COLUMNS)  # stable, as Python's sorted
+        self.ops = _fetchable(ops, OP_COLUMNS).sort_by("start_ns")  # stable, as Python's sorted
         keys = _op_keys(self.ops)
         self.keys = pc.unique(keys)  # the distinct op keys in order of first appearance
         self.key_of_op = np.asarray(pc.index_in(keys, value_set=self.keys))
@@ -492,7 +492,10 @@ class CommunicationJsonSink(Sink):
         ops = self._table("comm_ops")
         if ops is None:
             return
-        index = _Index(ops, self._table("comm_links"), self._table("framework_steps"))  # both files read it
+        links, steps = self._table("comm_links"), self._table("framework_steps")
+        self._batches = {name: [] for name in self.TABLES}
+        index = _Index(ops, links, steps)  # both files read it
+        del ops, links, steps  # the index holds the columns it reads: the rest goes before the files are built
         contents = {
             COMMUNICATION: _communication_members(index, self.wall_offset_ns),
             MATRIX: _matrix_members(index),
@@ -502,7 +505,6 @@ class CommunicationJsonSink(Sink):
             self._files.append((staged, name))
             _write_members(staged, members)
             staged.finish()
-        self._batches = {name: [] for name in self.TABLES}
 
     def _commit(self) -> list[Path]:
         return [staged.commit(name) for staged, name in self._files]
