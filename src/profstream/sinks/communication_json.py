@@ -495,7 +495,7 @@ class CommunicationJsonSink(Sink):
         links, steps = self._table("comm_links"), self._table("framework_steps")
         self._batches = {name: [] for name in self.TABLES}
         index = _Index(ops, links, steps)  # both files read it
-        del ops, links, steps  # the index holds the columns it reads: the rest goes before the files are built
+        del ops, links, steps  # the index holds what it reads: the rest goes before the files are built
         contents = {
             COMMUNICATION: _communication_members(index, self.wall_offset_ns),
             MATRIX: _matrix_members(index),
