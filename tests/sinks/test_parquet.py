@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -255,3 +257,16 @@ def test_bad_row_group_size_is_refused(tmp_path: Path) -> None:
     """row_group_rows must be positive."""
     with pytest.raises(ValueError, match="row_group_rows"):
         ParquetSink(tmp_path, SCHEMA, row_group_rows=0)
+
+
+def test_only_the_parquet_layout_loads_pyarrow_parquet() -> None:
+    """The export's modules leave ``pyarrow.parquet`` (about 6 MB of RSS) to the first Parquet output."""
+    probe = (
+        "import sys\n"
+        "from profstream import cli, export, workers\n"
+        "from profstream.engine import layouts\n"
+        "assert 'pyarrow.parquet' not in sys.modules, 'imported with the export'\n"
+        "from profstream.sinks import ParquetSink\n"
+        "assert 'pyarrow.parquet' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)

@@ -136,3 +136,22 @@ def test_words_no_kept_row_uses_are_forgotten() -> None:
     names = store.take(np.array([0])).column("op_name").chunk(0)
     assert names.to_pylist() == ["Log"]
     assert len(names.dictionary) <= 3  # not all six: the limit (2) doubles from the words in use
+
+
+def test_columns_are_held_at_the_width_their_values_need() -> None:
+    store = SettledLaunches(DESCRIBED)
+    store.add(described([(1, task, 0, "Add", 7, True, 0.5) for task in range(10)], 0))
+    held = store.state()
+    assert held["values"]["block_dim"].dtype == np.int8  # small ids and dims take a byte a row
+    assert held["values"]["stream_id"].dtype == np.int8
+    assert held["values"]["op_name"].dtype == np.int8  # and so do the codes of a few words
+    assert held["valid"] == {}  # no column has held a null yet
+    assert held["values"]["key"].dtype == np.int64
+
+    store.add(described([(1, 3, 0, "Add", 1 << 40, None, 0.5), (1, 4, 0, "Add", -300, True, 0.5)], 10))
+    held = store.state()
+    assert held["values"]["block_dim"].dtype == np.int64  # widened once a value needs it
+    assert list(held["valid"]) == ["master"]  # validity only where a null came
+    rows = store.live().to_pylist()
+    assert [r["block_dim"] for r in rows] == [7, 7, 7, 1 << 40, -300, 7, 7, 7, 7, 7]
+    assert [r["master"] for r in rows] == [True, True, True, None, True, True, True, True, True, True]

@@ -24,7 +24,6 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.plan import TABLE_NAMES
-from profstream.sinks import BufferBudget
 
 Layout = Literal["msprof", "torch_npu", "parquet"]
 Kind = Literal["timeline", "summary", "both"]
@@ -56,6 +55,8 @@ def outputs(
     """The outputs of one export of one collection into ``context.out_dir``; ``framework`` is what
     torch_npu's profiler_info.json says it collected (None without one)."""
     if layout == "parquet":
+        from profstream.sinks import BufferBudget  # loads pyarrow.parquet only for this layout
+
         budget = BufferBudget(PARQUET_BUFFER_BYTES)  # per process: a worker gets its own copy
         return [ParquetOutput(context.out_dir, name, budget) for name in TABLE_NAMES]
     built: list[Output] = []

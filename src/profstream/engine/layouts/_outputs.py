@@ -27,7 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -35,13 +35,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream.sinks import (
-    BufferBudget,
     ChromeTraceWriter,
     Column,
     CsvSink,
     DropReport,
     MetadataEvents,
-    ParquetSink,
     SliceNaming,
     SummaryJsonSink,
     TableSink,
@@ -49,6 +47,9 @@ from profstream.sinks import (
 )
 from profstream.sinks.chrome_trace import Events
 from profstream.sinks.csv import CSV_LIMIT, MINIMAL_QUOTING, UNSLICED
+
+if TYPE_CHECKING:
+    from profstream.sinks.parquet import BufferBudget, ParquetSink
 
 
 @dataclass(frozen=True)
@@ -537,6 +538,8 @@ class ParquetOutput(Output):
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         if self._sink is None:
+            from profstream.sinks import ParquetSink  # pyarrow.parquet, for this layout only
+
             partition = "device_id" if "device_id" in batch.schema.names else None
             self._sink = ParquetSink(self.directory, batch.schema, partition_by=partition, budget=self.budget)
         self._sink.write(batch)

@@ -12,9 +12,11 @@ place: nothing is ever compacted or copied as a whole. An Arrow table with appen
 compaction needed a copy of each column that grew with the store, and most of the operator stage's
 late peak-RSS rise on long inputs came during those copies (bench/README.md, "Operator stage",
 session 7). Slots live in blocks
-of ``SLOT_BLOCK`` rows that are allocated as they fill; text is kept as int32 codes into one word
-list per column (a few dozen distinct op names and shapes, against about 200 bytes a row as plain
-strings).
+of ``SLOT_BLOCK`` rows that are allocated as they fill; text is kept as codes into one word list per
+column (a few dozen distinct op names and shapes, against about 200 bytes a row as plain strings).
+Integer columns and codes are held at the narrowest width their values so far need, widened when a
+value does not fit, and a column keeps validity only once it has held a null: the host join's rows
+take about 80 bytes instead of 138 (block and model ids, stream ids and codes fit a byte or two).
 """
 
 from __future__ import annotations
@@ -39,6 +41,23 @@ WORDS_KEPT = 4096
 STR = pa.string()
 #: one block of a column (values, validity or text codes)
 Block = npt.NDArray[Any]
+#: the widths an integer column (or a text column's codes) is held at, narrowest first, with bounds
+WIDTHS = tuple(
+    (np.dtype(t), int(np.iinfo(t).min), int(np.iinfo(t).max)) for t in (np.int8, np.int16, np.int32, np.int64)
+)
+NARROWEST = WIDTHS[0][0]
+
+
+def _width_for(values: Block, held: np.dtype[Any]) -> np.dtype[Any]:
+    """The narrowest of :data:`WIDTHS`, no narrower than ``held``, that holds every one of ``values``."""
+    if not len(values):
+        return held
+    low, high = int(values.min()), int(values.max())
+    return next(
+        width
+        for width, least, most in WIDTHS  # int64 holds any value of an int64 column
+        if width.itemsize >= held.itemsize and least <= low <= high <= most
+    )
 
 
 class _Placement:
@@ -76,8 +95,11 @@ class SettledLaunches:
         self._dtypes = {
             f.name: np.dtype(f.type.to_pandas_dtype()) for f in described if f.name not in self._text
         }
+        #: the dtype each column's blocks hold (text: its codes); integers start at the narrowest width
+        self._held = {name: NARROWEST for name in self._text}
+        self._held.update({name: NARROWEST if d.kind == "i" else d for name, d in self._dtypes.items()})
         self._blocks: dict[str, list[Block]] = {f.name: [] for f in described}
-        self._valid: dict[str, list[Block]] = {name: [] for name in self._dtypes}
+        self._valid: dict[str, list[Block]] = {}  # only columns that have held a null
         self._words: dict[str, dict[str, int]] = {name: {} for name in self._text}
         self._word_limit = dict.fromkeys(self._text, WORDS_KEPT)
         self._word_arrays: dict[str, pa.Array] = {}  # the words as Arrow strings, while unchanged
@@ -110,20 +132,31 @@ class SettledLaunches:
         for name in self.described.names:
             values = rows.column(name).combine_chunks()
             if name in self._text:
-                placement.scatter(self._blocks[name], self._codes(name, values))
+                self._scatter(name, placement, self._codes(name, values))
                 if len(self._words[name]) > self._word_limit[name]:
                     self._forget_words(name)
             else:
-                placement.scatter(self._valid[name], values.is_valid().to_numpy(zero_copy_only=False))
+                if values.null_count and name not in self._valid:
+                    self._valid[name] = [np.ones(SLOT_BLOCK, np.bool_) for _ in self._blocks[name]]
+                if name in self._valid:
+                    placement.scatter(self._valid[name], values.is_valid().to_numpy(zero_copy_only=False))
                 dtype = self._dtypes[name]
                 filled = values.fill_null(dtype.type(0).item()).to_numpy(zero_copy_only=False)
-                placement.scatter(self._blocks[name], np.asarray(filled, dtype))
+                self._scatter(name, placement, np.asarray(filled, dtype))
+
+    def _scatter(self, name: str, placement: _Placement, values: Block) -> None:
+        """Write a column's ``values`` to their slots, first widening its blocks if one does not fit."""
+        held = self._held[name]
+        if held.kind == "i" and (width := _width_for(values, held)) != held:
+            self._blocks[name] = [block.astype(width) for block in self._blocks[name]]
+            self._held[name] = width
+        placement.scatter(self._blocks[name], values)
 
     def _reserve(self, slots: int) -> None:
         """Blocks for ``slots`` slots (new blocks come zeroed: untouched pages cost no memory)."""
         while len(next(iter(self._blocks.values()))) * SLOT_BLOCK < slots:
             for name, blocks in self._blocks.items():
-                blocks.append(np.zeros(SLOT_BLOCK, np.int32 if name in self._text else self._dtypes[name]))
+                blocks.append(np.zeros(SLOT_BLOCK, self._held[name]))
             for valid in self._valid.values():
                 valid.append(np.zeros(SLOT_BLOCK, np.bool_))
 
@@ -177,15 +210,16 @@ class SettledLaunches:
     def values(self, name: str, slots: I64 | None = None) -> Block:
         """A numeric column at ``slots`` (every kept pair's when None; nulls read as 0)."""
         if slots is None:
-            return self._filled(name)
-        if not len(slots):
-            return np.empty(0, self._dtypes[name])
-        return _Placement(slots).gather(self._blocks[name])
+            held = self._filled(name)
+        elif not len(slots):
+            held = np.empty(0, self._held[name])
+        else:
+            held = _Placement(slots).gather(self._blocks[name])
+        return held.astype(self._dtypes[name], copy=False)
 
     def _filled(self, name: str) -> Block:
-        """A column's values (or codes) of every used slot, in slot order."""
-        dtype = np.int32 if name in self._text else self._dtypes[name]
-        return _joined(self._blocks[name], len(self._pairs), dtype)
+        """A column's values (or codes) of every used slot, in slot order, as held."""
+        return _joined(self._blocks[name], len(self._pairs), self._held[name])
 
     def take(self, slots: I64) -> pa.Table:
         """The rows at ``slots``, a null row where a slot is -1; text dictionary-encoded."""
@@ -199,12 +233,14 @@ class SettledLaunches:
             if field.name in self._text:
                 codes = placement.gather(self._blocks[field.name])
                 words = self._word_array(field.name)
-                indices = pa.array(codes, mask=missing | (codes < 0))
+                indices = pa.array(codes.astype(np.int32), mask=missing | (codes < 0))
                 columns.append(pa.DictionaryArray.from_arrays(indices, words))
             else:
-                valid = placement.gather(self._valid[field.name])
-                values = placement.gather(self._blocks[field.name])
-                columns.append(pa.array(values, field.type, mask=missing | ~valid))
+                values = placement.gather(self._blocks[field.name]).astype(self._dtypes[field.name])
+                null = missing
+                if field.name in self._valid:
+                    null = missing | ~placement.gather(self._valid[field.name])
+                columns.append(pa.array(values, field.type, mask=null))
         return pa.Table.from_arrays(columns, names=self.described.names)
 
     def live(self) -> pa.Table:
@@ -212,10 +248,11 @@ class SettledLaunches:
         return self.take(self._at).cast(self.described)
 
     def state(self) -> dict[str, Any]:
-        """The store as it is held (pairs, slots, numeric values, text codes and words), for
-        :func:`~profstream.engine.runtime.pack_state`. The daemon snapshots every operator at each
-        commit, and decoding the text of a few hundred thousand kept rows made this store most of the
-        bytes and time of each snapshot; its codes are a quarter of that."""
+        """The store as it is held (pairs, slots, numeric values and text codes at their held widths,
+        validity where kept, words), for :func:`~profstream.engine.runtime.pack_state`. The daemon
+        snapshots every operator at each commit, and decoding the text of a few hundred thousand kept
+        rows made this store most of the bytes and time of each snapshot; its codes are a fraction of
+        that."""
         count = len(self._pairs)
         return {
             "pairs": self._pairs,
@@ -232,6 +269,8 @@ class SettledLaunches:
         store = cls(described)
         store._pairs = np.asarray(state["pairs"], np.int64)
         store._at = np.asarray(state["at"], np.int64)
+        store._held.update({name: np.asarray(values).dtype for name, values in state["values"].items()})
+        store._valid = {name: [] for name in state["valid"]}
         store._reserve(len(store._pairs))
         for blocks, saved in ((store._blocks, state["values"]), (store._valid, state["valid"])):
             for name, values in saved.items():
