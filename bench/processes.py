@@ -3,7 +3,8 @@
 An export on N cores is as fast as its busiest process (the longest path) and as its CPU time over all
 processes divided by N; wall time alone, on a shared VM, says neither. This samples ``/proc`` every
 ``--every`` seconds and prints, per process, when it lived, its CPU seconds (user + system, from
-``/proc/PID/stat``, which counts until the process's last sample) and its peak RSS. Example:
+``/proc/PID/stat``, which counts until the process's last sample) and its peak RSS (the kernel's
+high-water mark ``VmHWM``, so a spike between two samples counts). Example:
 
     python bench/processes.py -- export summary -dir DIR --layout msprof --output OUT
 """
@@ -32,13 +33,13 @@ class Seen:
 
 
 def _sample(pid: int) -> tuple[float, float] | None:
-    """(CPU seconds, RSS MB) of ``pid``, None once it is gone."""
+    """(CPU seconds, peak RSS MB so far) of ``pid``, None once it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    rss_kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    rss_kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
     return (int(stat[11]) + int(stat[12])) / TICKS, rss_kb / 1024
 
 

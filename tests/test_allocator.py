@@ -13,15 +13,21 @@ from profstream import _allocator
 from profstream._allocator import POOL_ENV, HeapTrimmer, trim_heap, use_jemalloc
 
 
-def test_jemalloc_becomes_the_default_pool_unless_the_user_chose_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jemalloc_without_decay_becomes_the_default_pool_unless_the_user_chose_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     before = pa.default_memory_pool()
+    decays: list[int] = []
+    monkeypatch.setattr(pa, "jemalloc_set_decay_ms", decays.append)
     try:
         monkeypatch.setenv(POOL_ENV, "system")
         assert use_jemalloc() == before.backend_name
         assert pa.default_memory_pool().backend_name == before.backend_name
+        assert decays == []  # the user's pool is left as it is
         monkeypatch.delenv(POOL_ENV)
         assert use_jemalloc() == "jemalloc"
         assert pa.default_memory_pool().backend_name == "jemalloc"
+        assert decays == [0]  # freed pages go back at once
         held = pa.jemalloc_memory_pool().bytes_allocated()
         values = pa.array(range(100_000))
         assert pa.jemalloc_memory_pool().bytes_allocated() >= held + values.nbytes

@@ -1,11 +1,16 @@
 """How profstream processes hold memory: Arrow's pool, and the C heap's free pages.
 
-:func:`use_jemalloc` makes jemalloc Arrow's pool, whose peak RSS stays flat with input size.
+:func:`use_jemalloc` makes jemalloc Arrow's pool, whose peak RSS stays flat with input size, and has
+it return freed pages to the kernel at once instead of after Arrow's decay time.
 
 With pyarrow's default pool here (mimalloc) the operator stage's peak RSS rose by about 10 % from
 1 GB to 5 GB of raw data (633 to 701 MiB); with jemalloc by 3-7 % (about 590 to 630 MiB), at the
 same CPU time. The system pool is about as flat only with glibc's mmap threshold pinned, and then
 peaks higher. Commands and numbers: bench/README.md ("Operator stage").
+
+Without the decay time, the torch_npu summary's main process peaks about 13 MB lower (1 GB
+simulation: 372-373 MB against 385-386 MB, `bench/processes.py`) at no wall or CPU time seen beyond
+noise: a streaming pipeline frees a batch's pages long before it allocates as many again.
 
 A user's own choice (``ARROW_DEFAULT_MEMORY_POOL``) is left alone, and so is a pyarrow built without
 jemalloc.
@@ -38,6 +43,7 @@ def use_jemalloc() -> str:
     except NotImplementedError:
         return str(pa.default_memory_pool().backend_name)
     pa.set_memory_pool(pool)
+    pa.jemalloc_set_decay_ms(0)
     return "jemalloc"
 
 
