@@ -34,8 +34,10 @@ OUTPUT_DIRS = {"msprof": msprof.OUTPUT_DIR, "torch_npu": torch_npu.OUTPUT_DIR, "
 #: ``step_trace_{ts}[_N].json``); with ``--format csv`` no summary JSON starts with them
 _TIMELINE_PREFIXES = ("trace_view", "msprof_", "step_trace_")
 #: what the Parquet sinks of one export process hold in memory together (sinks/parquet.py BufferBudget;
-#: more waits on disk): a million rows of every table at once would be about 900 MB at 1 GB of raw data
-PARQUET_BUFFER_BYTES = 64 << 20
+#: more waits on disk): a million rows of every table at once would be about 900 MB at 1 GB of raw data.
+#: With 64 MB the processes writing the 5 GB simulation's datasets peaked at 391-399 MB, with 32 MB at
+#: 313-349 MB in the same wall time (bench/README.md, session 29).
+PARQUET_BUFFER_BYTES = 32 << 20
 
 
 def is_timeline(name: str) -> bool:
