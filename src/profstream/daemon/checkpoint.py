@@ -66,9 +66,10 @@ class Gap(msgspec.Struct, frozen=True):
 #: limit; operator states compressed; 7: Communication's ops keep their node API's thread; 8: FrameworkOps'
 #: kernels include communication ops, with their group, OperatorDetails holds ``comm`` batches, and
 #: Overlap keeps the first torch op's start; 9: the PythonTracer and GcRecords operators of a collection
-#: with torch.python_tracer_func / torch.gc_record, and FrameworkSteps' kernels waiting for their flows), so
-#: that another version refuses a checkpoint instead of misreading it
-STATE_FORMAT = 9
+#: with torch.python_tracer_func / torch.gc_record, and FrameworkSteps' kernels waiting for their flows;
+#: 10: the settled-launch stores at their held integer widths, validity only where a null came), so that
+#: another version refuses a checkpoint instead of misreading it
+STATE_FORMAT = 10
 
 
 #: the codec of the operator states in the daemon's snapshots (Arrow's zstd): the state of a 1 GB
