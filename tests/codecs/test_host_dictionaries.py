@@ -63,6 +63,12 @@ def test_hash_dic_splits_at_the_first_colon() -> None:
     assert out.schema.field("hash").type == pa.uint64()
 
 
+def test_names_keep_their_blanks() -> None:
+    """As msprof's C++ splits the line (its Python strips the line first): only the line break goes."""
+    out = _decode(b"1: padded \t\r\n2:tail \n").batch
+    assert out.column("value").to_pylist() == [" padded \t", "tail "]
+
+
 def test_empty_lines_and_crlf() -> None:
     """Empty lines hold nothing and a trailing CR is not part of the name."""
     out = _decode(b"\n1:a\r\n\r\n\n2:b\n")

@@ -9,12 +9,15 @@ UTF-8 text, one entry per line, split at the FIRST colon (names may contain ':')
   ``level`` (uint16), ``type`` (uint64), ``name``.
 
 Rules: a line is the bytes before a '\\n' (a trailing '\\r' is dropped); empty lines hold nothing and
-are passed over. With ``ctx.final`` False the bytes after the last '\\n' are an incomplete line and
-are not consumed. Keys must be ASCII digits that fit their type (leading zeros allowed): msprof's
-Python keeps only all-digit keys and its C++ ``StrToU64``/``StrToU16`` reject the rest. A line
-without a colon, with a bad key, or whose text is not UTF-8 is malformed: the ``error`` policy
-raises a DecodeError naming the file, the byte offset of the line and its 0-based line number
-(``record_index``); ``skip`` drops and counts it (msprof's C++ logs and skips). ``decode`` keeps
+are passed over. Other whitespace stays: msprof's C++ (``HashData::ReadFiles``) splits each line as
+it is, while its Python parser strips the whole line first (``line.strip().split(":", 1)``), so there a
+key with leading blanks still parses and a name loses its trailing blanks; profstream follows the C++,
+the path msprof takes for the 910B exports it compiles. With ``ctx.final`` False the bytes after the
+last '\\n' are an incomplete line and are not consumed. Keys must be ASCII digits that fit their type
+(leading zeros allowed): msprof's Python keeps only all-digit keys and its C++ ``StrToU64``/``StrToU16``
+reject the rest. A line without a colon, with a bad key, or whose text is not UTF-8 is malformed: the
+``error`` policy raises a DecodeError naming the file, the byte offset of the line and its 0-based line
+number (``record_index``); ``skip`` drops and counts it (msprof's C++ logs and skips). ``decode`` keeps
 every row in file order, duplicates included; the last duplicate wins, as in msprof's C++ (it
 overwrites and warns), which :func:`resolve` implements. msprof's Python filter of levels it does
 not know and the C++ fallback names for types 27/28 (:data:`TYPE_FALLBACKS`) are the engine's.
