@@ -39,8 +39,8 @@ def _sample(pid: int) -> tuple[float, float] | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    rss_kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
-    return (int(stat[11]) + int(stat[12])) / TICKS, rss_kb / 1024
+    peak_kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return (int(stat[11]) + int(stat[12])) / TICKS, peak_kb / 1024
 
 
 def main() -> int:

@@ -270,8 +270,8 @@ class ParquetSink(TableSink):
             part.file = _ParquetFile(part.directory, self.file_name, self.file_schema, self.compression)
 
         def columns() -> Iterator[pa.ChunkedArray]:
-            spilled = spill.columns() if spill is not None else itertools.repeat([], len(self.file_schema))
-            for index, (schema_field, from_disk) in enumerate(zip(self.file_schema, spilled, strict=True)):
+            on_disk = spill.columns() if spill is not None else itertools.repeat([], len(self.file_schema))
+            for index, (schema_field, from_disk) in enumerate(zip(self.file_schema, on_disk, strict=True)):
                 yield pa.chunked_array(from_disk + group.column(index).chunks, schema_field.type)
 
         try:

@@ -233,10 +233,12 @@ class SettledLaunches:
             if field.name in self._text:
                 codes = placement.gather(self._blocks[field.name])
                 words = self._word_array(field.name)
-                indices = pa.array(codes.astype(np.int32), mask=missing | (codes < 0))
+                indices = pa.array(codes.astype(np.int32, copy=False), mask=missing | (codes < 0))
                 columns.append(pa.DictionaryArray.from_arrays(indices, words))
             else:
-                values = placement.gather(self._blocks[field.name]).astype(self._dtypes[field.name])
+                values = placement.gather(self._blocks[field.name]).astype(
+                    self._dtypes[field.name], copy=False
+                )
                 null = missing
                 if field.name in self._valid:
                     null = missing | ~placement.gather(self._valid[field.name])
