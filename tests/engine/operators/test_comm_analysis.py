@@ -88,6 +88,41 @@ def test_tasks_without_an_op_are_dropped_and_counted() -> None:
     assert op._counts["tasks_without_op"] == 5
 
 
+def test_ops_wait_for_the_task_batch_that_follows_them() -> None:
+    # Communication emits an op batch, then its tasks; a last stage in the writer may advance between
+    # the two messages, and the ops must not go out without their tasks
+    together = drive(CommAnalysis(0), [("comm@0", comm_ops(), 10), ("comm_tasks@0", comm_tasks(), 10)])
+    op = CommAnalysis(0)
+    first = op.push("comm@0", comm_ops()) or op.advance(10)
+    assert first == []  # no task batch came after the ops yet
+    split = drive(op, [("comm_tasks@0", comm_tasks(), 10)], finish=False)
+    assert op._counts["tasks_without_op"] == 0
+    for stream in ("comm_ops@0", "comm_links@0"):
+        assert table(split, stream) == table(together, stream)
+    ops = table(split, "comm_ops@0")
+    assert ops is not None
+    assert ops.column("transit_ns").to_pylist() == [2000, 5000]
+    assert op.finish() == []
+
+
+def test_tasks_wait_for_an_op_batch_after_them_and_an_op_without_tasks_goes_out_after_a_task_batch() -> None:
+    op = CommAnalysis(0)
+    drive(op, [("comm_tasks@0", comm_tasks((ALL_REDUCE,)), 5)], finish=False)
+    assert op._counts["tasks_without_op"] == 0  # its op may still come
+    out = drive(op, [("comm@0", comm_ops((SEND,)), 10)], finish=False)
+    assert out == []  # SEND waits for a task batch; ALL_REDUCE's tasks saw an op batch without their op
+    assert op._counts["tasks_without_op"] == 5
+    out = drive(op, [("comm_tasks@0", comm_tasks((SEND,)).slice(0, 0), 12)], finish=False)
+    assert out == []  # an empty batch is no batch: the pipeline routes none
+    out = drive(op, [("comm_tasks@0", comm_tasks((ALL_REDUCE,)), 15)], finish=False)
+    ops = table(out, "comm_ops@0")
+    assert ops is not None
+    assert ops.to_pylist()[0]["op_name"] == SEND
+    assert ops.to_pylist()[0]["transit_ns"] is None  # a task batch came after it with none of its tasks
+    drive(op, [], finish=True)
+    assert op._counts["tasks_without_op"] == 10  # the second ALL_REDUCE batch never got its op
+
+
 def test_snapshot_round_trip() -> None:
     steps: list[Step] = [
         ("comm_tasks@0", comm_tasks((ALL_REDUCE,)), 5),

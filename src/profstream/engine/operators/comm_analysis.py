@@ -44,9 +44,12 @@ Choices:
 * Link order: the order of first transfer, planes in order of first appearance (msprof's dict order).
 
 Streaming: :class:`~profstream.engine.operators.comm.Communication` emits an op row together with the
-rows of all its tasks, so at the first advance after op rows arrive every op is analysed and
-nothing is held longer; task rows wait only for the next op rows, and those that then have no op
-(ops without a master task, which get no op row) are counted and dropped.
+rows of all its tasks (at least one: an op without a master task gets no row), the op batch first.
+An op is analysed once a task of it is held, or once a task batch came after it with none (then it
+has no task). A task waits for its op until an op batch comes after it; one that still has none (its
+op had no master task) is counted and dropped. The pipeline may advance between the two batches of
+one emit (a last stage in the export's writer reads them as separate messages), so an op does not go
+out at the first advance after it arrives: that dropped its tasks and left its times null.
 """
 
 from __future__ import annotations
@@ -228,44 +231,60 @@ class CommAnalysis(Operator):
         self._ops_in, self._tasks_in = at("comm", device_id), at("comm_tasks", device_id)
         self.inputs = (self._ops_in, self._tasks_in)
         self.outputs = (at("comm_ops", device_id), at("comm_links", device_id))
-        self._ops: list[pa.RecordBatch] = []
-        self._tasks: list[pa.RecordBatch] = []
+        # each held batch with its arrival: its place among every batch pushed
+        self._ops: list[tuple[int, pa.RecordBatch]] = []
+        self._tasks: list[tuple[int, pa.RecordBatch]] = []
+        self._arrivals = 0
         self._counts = dict.fromkeys(_COUNTERS, 0)
 
     # ------------------------------------------------------------------ operator protocol
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         if stream == self._ops_in:
-            self._ops.append(batch)
+            held = self._ops
         elif stream == self._tasks_in:
-            self._tasks.append(batch)
+            held = self._tasks
         else:
             raise self.unknown_input(stream)
+        self._arrivals += 1
+        held.append((self._arrivals, batch))
 
     def advance(self, watermark: int) -> list[Emit]:
-        if not self._ops:
-            return []  # tasks wait for the op rows emitted with them
-        ops = pa.Table.from_batches(self._ops, TABLES["comm"]).combine_chunks()
-        tasks = pa.Table.from_batches(self._tasks).combine_chunks() if self._tasks else None
-        self._ops, self._tasks = [], []
-        return self._analyse(ops, tasks)
+        return self._release(final=watermark == DONE)
 
     def finish(self) -> list[Emit]:
-        out = self.advance(DONE)
-        self._counts["tasks_without_op"] += sum(b.num_rows for b in self._tasks)
-        self._tasks = []
+        out = self._release(final=True)
         log_unmatched("comm_analysis", self._counts)
         return out
 
     # ------------------------------------------------------------------ analysis
 
-    def _analyse(self, ops: pa.Table, tasks: pa.Table | None) -> list[Emit]:
-        if tasks is None:
-            tasks = TABLES["comm_tasks"].empty_table()
+    def _release(self, *, final: bool) -> list[Emit]:
+        """Analyse the ops whose tasks are in, drop the tasks whose op will not come (module docstring)."""
+        if not self._ops and not (final and self._tasks):
+            return []  # tasks wait for the op rows emitted with them
+        ops, op_arrival = _stacked(self._ops, TABLES["comm"])
+        tasks, task_arrival = _stacked(self._tasks, TABLES["comm_tasks"])
+        owner = pc.index_in(_texts(tasks, "op_name"), value_set=_texts(ops, "op_name"))
+        matched = np.asarray(owner.is_valid().to_numpy(zero_copy_only=False), np.bool_)
+        owner_row = ints(owner.fill_null(0))
+        has_task = np.zeros(ops.num_rows, np.bool_)
+        has_task[owner_row[matched]] = True
+        # every matched task goes with its op, which is ready as it has a task
+        ready = has_task | (op_arrival < task_arrival.max(initial=0)) | final
+        dropped = ~matched & ((task_arrival < op_arrival.max(initial=0)) | final)
+        self._counts["tasks_without_op"] += int(dropped.sum())
+        self._ops = _kept(ops, op_arrival, ~ready)
+        self._tasks = _kept(tasks, task_arrival, ~(matched | dropped))
+        if not ready.any():
+            return []
+        return self._analyse(ops.filter(pa.array(ready)), tasks.filter(pa.array(matched)))
+
+    def _analyse(self, ops: pa.Table, tasks: pa.Table) -> list[Emit]:
+        """The rows of ``ops`` from ``tasks``, which are all theirs."""
         op_names = _texts(ops, "op_name")
         owner = pc.index_in(_texts(tasks, "op_name"), value_set=op_names)
         matched = owner.is_valid()
-        self._counts["tasks_without_op"] += tasks.num_rows - int(pc.sum(matched).as_py() or 0)
         tasks, op = tasks.filter(matched), ints(owner.filter(matched))
         start, end = ints(tasks.column("start_ns")), ints(tasks.column("end_ns"))
         order = np.lexsort((np.arange(op.size), start, op))  # each op's tasks in time order
@@ -339,14 +358,41 @@ class CommAnalysis(Operator):
     def snapshot(self) -> bytes:
         return pack_state(
             {
-                "ops": pa.Table.from_batches(self._ops) if self._ops else None,
-                "tasks": pa.Table.from_batches(self._tasks) if self._tasks else None,
+                "ops": [[arrival, batch] for arrival, batch in self._ops],
+                "tasks": [[arrival, batch] for arrival, batch in self._tasks],
+                "arrivals": self._arrivals,
                 "counts": self._counts,
             }
         )
 
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
-        self._ops = [] if doc["ops"] is None else doc["ops"].to_batches()
-        self._tasks = [] if doc["tasks"] is None else doc["tasks"].to_batches()
+        self._ops = [(int(arrival), _batch(rows)) for arrival, rows in doc["ops"]]
+        self._tasks = [(int(arrival), _batch(rows)) for arrival, rows in doc["tasks"]]
+        self._arrivals = int(doc["arrivals"])
         self._counts = dict(doc["counts"])
+
+
+def _stacked(held: list[tuple[int, pa.RecordBatch]], empty: pa.Schema) -> tuple[pa.Table, Int64Array]:
+    """Held batches as one table, and each row's arrival (``empty``'s schema when none is held)."""
+    if not held:
+        return empty.empty_table(), np.zeros(0, np.int64)
+    table = pa.Table.from_batches([batch for _, batch in held]).combine_chunks()
+    arrival = np.repeat([a for a, _ in held], [batch.num_rows for _, batch in held]).astype(np.int64)
+    return table, arrival
+
+
+def _kept(rows: pa.Table, arrival: Int64Array, keep: BoolArray) -> list[tuple[int, pa.RecordBatch]]:
+    """The ``keep`` rows as one held batch: they all came after every batch of the other input, so
+    only the latest arrival among them matters from here on."""
+    if not keep.any():
+        return []
+    return [(int(arrival[keep].max()), _batch(rows.filter(pa.array(keep))))]
+
+
+def _batch(rows: pa.Table) -> pa.RecordBatch:
+    return (
+        rows.combine_chunks().to_batches()[0]
+        if rows.num_rows
+        else pa.RecordBatch.from_pylist([], rows.schema)
+    )
