@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,18 @@ def _resident_bytes() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _resident_in(ranges: list[tuple[int, int]]) -> int:
+    """The resident bytes of the mappings that start at one of ``ranges``."""
+    starts, total, counting = {low for low, _ in ranges}, 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and "-" in fields[0] and not fields[0].endswith(":"):
+            counting = int(fields[0].split("-")[0], 16) in starts
+        elif counting and fields[0] == "Rss:":
+            total += int(fields[1]) * 1024
+    return total
+
+
 @pytest.mark.skipif(trim_heap.trim is None, reason="needs glibc's malloc_trim")
 def test_trim_heap_gives_back_the_pages_of_holes_between_live_arrays() -> None:
     # 100 KB arrays stay under glibc's mmap threshold, so they live on the heap; keeping every
@@ -68,3 +81,89 @@ def test_trim_heap_gives_back_the_pages_of_holes_between_live_arrays() -> None:
     trim_heap(force=True)
     assert before - _resident_bytes() > 50 * 1024 * 1024
     assert all(int(a.sum()) == a.size for a in kept)
+
+
+SMAPS = """\
+7f0000000000-7f0000300000 r--p 00000000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
+Rss:                3000 kB
+Private_Dirty:         0 kB
+Shared_Dirty:          0 kB
+Anonymous:             0 kB
+7f0000300000-7f0003300000 r-xp 00300000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
+Rss:               51200 kB
+Private_Dirty:         0 kB
+Shared_Dirty:          0 kB
+Anonymous:             0 kB
+7f0003300000-7f0003400000 r--p 03300000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
+Rss:                1024 kB
+Private_Dirty:      1024 kB
+Shared_Dirty:          0 kB
+Anonymous:          1024 kB
+7f0003400000-7f0003500000 rw-p 03400000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
+Rss:                  64 kB
+Private_Dirty:         0 kB
+Shared_Dirty:          0 kB
+Anonymous:             0 kB
+7f0004000000-7f0005000000 r-xp 00000000 fd:00 43 /venv/pyarrow/libarrow.so.2600
+Rss:               16384 kB
+Private_Dirty:         0 kB
+Shared_Dirty:          0 kB
+Anonymous:             0 kB
+7f0006000000-7f0006100000 rw-p 00000000 00:00 0
+Rss:                1024 kB
+Private_Dirty:      1024 kB
+Shared_Dirty:          0 kB
+Anonymous:          1024 kB
+"""
+
+
+def test_clean_library_ranges_are_the_read_only_mappings_of_the_library_that_hold_no_page_of_their_own() -> (
+    None
+):
+    # the relocated read-only part (dirty pages) and the writable one would lose their contents
+    assert _allocator.clean_library_ranges(SMAPS, ["libllvmlite"]) == [
+        (0x7F0000000000, 0x7F0000300000),
+        (0x7F0000300000, 0x7F0003300000),
+    ]
+    assert _allocator.clean_library_ranges(SMAPS, ["libnothing"]) == []
+
+
+def test_loader_pages_advise_the_ranges_once_the_loader_is_mapped(monkeypatch: pytest.MonkeyPatch) -> None:
+    advised: list[tuple[int, int, int]] = []
+    pages = _allocator.LoaderPages(lambda *args: advised.append(args) or 0, module="a_module_never_imported")
+    pages()
+    assert advised == []  # nothing mapped yet: the ranges are not looked for
+    monkeypatch.setitem(sys.modules, "a_module_never_imported", object())
+    monkeypatch.setattr(_allocator.Path, "read_text", lambda _self: SMAPS)
+    pages()
+    pages()
+    start, size, drop = 0x7F0000000000, 0x300000, _allocator.MADV_DONTNEED
+    assert advised[:2] == [(start, size, drop), (start + size, 0x3000000, drop)]
+    assert len(advised) == 4  # each call advises every range again; smaps was read once
+    monkeypatch.setattr(_allocator.Path, "read_text", lambda _self: "")
+    pages()
+    assert len(advised) == 6
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc/self/smaps")
+def test_loader_pages_take_llvm_code_out_of_rss_and_numba_compiles_after_it() -> None:
+    import ctypes
+
+    import numba
+
+    pages = _allocator.LoaderPages(_allocator._find_madvise())
+    ranges = _allocator.clean_library_ranges(Path("/proc/self/smaps").read_text(), pages.libraries)
+    assert ranges, "llvmlite's library is mapped once numba is imported"
+    for low, high in ranges:  # read every page in, as compiling or loading kernels does
+        ctypes.string_at(low, high - low)
+    before, resident = _resident_bytes(), _resident_in(ranges)
+    assert resident > 10 * 1024 * 1024
+    pages()
+    assert _resident_in(ranges) < resident / 10
+    assert before - _resident_bytes() > resident / 2
+
+    @numba.njit(cache=False)
+    def doubled(values: np.ndarray) -> np.ndarray:  # compiled now: LLVM runs from the file again
+        return values * 2
+
+    assert doubled(np.arange(3)).tolist() == [0, 2, 4]

@@ -18,14 +18,20 @@ jemalloc.
 :func:`trim_heap` gives the free pages inside glibc's heap back to the kernel; every pipeline step
 calls it, and it trims at most once a second. glibc (2.8 and later) releases a free page wherever it
 lies, not only at the heap's top.
+
+It also lets go of the pages of LLVM's code that loading numba's cached kernels read in
+(:class:`LoaderPages`): about 66 MB of every process's RSS once its first kernels are loaded, which
+only the next kernel to load would run again.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import cast
 
 import pyarrow as pa
@@ -62,6 +68,85 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
     return cast(Callable[[int], int], trim)
 
 
+#: the shared libraries whose code only compiles or loads numba kernels (llvmlite's build of LLVM), and
+#: the module whose import maps them
+LOADER_LIBRARIES = ("libllvmlite",)
+LOADER_MODULE = "llvmlite.binding"
+#: ``madvise`` advice: drop the pages; a clean page of a file mapping is read again from the file if used
+MADV_DONTNEED = 4
+
+
+def _find_madvise() -> Callable[[int, int, int], int] | None:
+    """The C library's ``madvise``, or None without one."""
+    try:
+        madvise = ctypes.CDLL(None).madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return cast(Callable[[int, int, int], int], madvise)
+
+
+def clean_library_ranges(smaps: str, libraries: Sequence[str]) -> list[tuple[int, int]]:
+    """The address ranges of ``smaps`` (``/proc/<pid>/smaps``) that map one of ``libraries``
+    read-only and hold no page of their own (no dirty, no anonymous page): the code and constants of
+    a shared library, whose pages the kernel may drop and read again from the file. A relocated
+    read-only part (RELRO) holds dirty pages and is left out, as is every writable one."""
+    ranges: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    own = 0
+    for line in smaps.splitlines():
+        fields = line.split()
+        if len(fields) >= 5 and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header
+            if current is not None and not own:
+                ranges.append(current)
+            name = Path(fields[5]).name if len(fields) > 5 else ""
+            low, high = (int(bound, 16) for bound in fields[0].split("-"))
+            wanted = "w" not in fields[1] and any(name.startswith(lib) for lib in libraries)
+            current, own = ((low, high) if wanted else None), 0
+        elif fields and fields[0] in ("Private_Dirty:", "Shared_Dirty:", "Anonymous:"):
+            own += int(fields[1])
+    if current is not None and not own:
+        ranges.append(current)
+    return ranges
+
+
+class LoaderPages:
+    """Lets go of the resident code pages of numba's compiler (LLVM, in llvmlite's shared library).
+
+    Loading a cached kernel runs LLVM's linker, which reads in about 66 MB of LLVM's code and
+    constants; once a process has loaded the kernels it uses, nothing runs that code until another
+    kernel loads. Those pages are clean pages of a file mapping, which RSS counts: ``madvise``
+    (``MADV_DONTNEED``) takes them out of the process (they stay in the page cache), and a later
+    kernel load reads back the ones it needs. The ranges are found once ``module`` has mapped the
+    libraries (a forked child maps them at the same addresses); where ``/proc/self/smaps`` or
+    ``madvise`` is missing this does nothing.
+    """
+
+    def __init__(
+        self,
+        madvise: Callable[[int, int, int], int] | None,
+        libraries: Sequence[str] = LOADER_LIBRARIES,
+        module: str = LOADER_MODULE,
+    ) -> None:
+        self.madvise = madvise  #: None where the C library has none (then this does nothing)
+        self.libraries = tuple(libraries)
+        self.module = module
+        self._ranges: list[tuple[int, int]] | None = None
+
+    def __call__(self) -> None:
+        if self.madvise is None or self.module not in sys.modules:
+            return
+        if self._ranges is None:
+            try:
+                smaps = Path("/proc/self/smaps").read_text()
+            except OSError:
+                smaps = ""
+            self._ranges = clean_library_ranges(smaps, self.libraries)
+        for low, high in self._ranges:
+            self.madvise(low, high - low, MADV_DONTNEED)
+
+
 class HeapTrimmer:
     """Gives the C heap's free pages back to the kernel, at most once per ``interval_s``.
 
@@ -72,9 +157,16 @@ class HeapTrimmer:
     ``malloc_trim(0)`` releases the free pages of every hole.
     """
 
-    def __init__(self, trim: Callable[[int], int] | None, interval_s: float = TRIM_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        trim: Callable[[int], int] | None,
+        interval_s: float = TRIM_INTERVAL_S,
+        *,
+        loader_pages: Callable[[], None] | None = None,
+    ) -> None:
         self.trim = trim  #: ``malloc_trim``, None where the C library has none (then this does nothing)
         self.interval_s = interval_s
+        self.loader_pages = loader_pages  #: what lets go of the kernel loader's pages with each trim
         self._next = 0.0  #: monotonic time of the next trim
 
     def __call__(self, *, force: bool = False) -> None:
@@ -84,8 +176,10 @@ class HeapTrimmer:
             return
         if force or time.monotonic() >= self._next:
             self.trim(0)
+            if self.loader_pages is not None:
+                self.loader_pages()
             self._next = time.monotonic() + self.interval_s
 
 
 #: the process's trimmer (one heap per process); every pipeline step calls it
-trim_heap = HeapTrimmer(_find_malloc_trim())
+trim_heap = HeapTrimmer(_find_malloc_trim(), loader_pages=LoaderPages(_find_madvise()))
