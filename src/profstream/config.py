@@ -29,7 +29,7 @@ class _Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 class DecodeSettings(_Section, frozen=True):
     on_invalid: Literal["error", "skip"] = "error"  # what a corrupt record does
     chunk_mb: PositiveInt = 1  # bytes decoded at once, per stream (sources.DEFAULT_CHUNK_BYTES)
-    advance_mb: Annotated[int, msgspec.Meta(ge=0)] = 8  # decoded input between operator advances
+    advance_mb: Annotated[int, msgspec.Meta(ge=0)] = 16  # decoded input between operator advances
 
 
 class ExportSettings(_Section, frozen=True):

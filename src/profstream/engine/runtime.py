@@ -16,8 +16,11 @@ intermediate streams). The consumer iterates :meth:`Pipeline.run`, which does th
    would emit nothing and promise the same (advancing is a function of its state and the
    watermark). Advancing after every read chunk would pay each operator's fixed cost per advance
    (its passes over held state) once per chunk: on a 1 GB export, a 4 MiB budget instead of none
-   took a third less time for about 12 MiB more peak RSS (bench/README.md, "Export", session 10);
-   8 MiB, with 1 MiB read windows (``sources.DEFAULT_CHUNK_BYTES``), is the default since session 13.
+   took a third less time for about 12 MiB more peak RSS (bench/README.md, "Export", session 10).
+   8 MiB, with 1 MiB read windows (``sources.DEFAULT_CHUNK_BYTES``), was the default from session 13;
+   16 MiB is since session 30, when dropping LLVM's code pages (``_allocator.LoaderPages``) gave back
+   more memory than it costs: the 1 GB torch_npu summary about 0.6 s faster, its main process about
+   40 MB larger (bench/README.md, "Session 30").
    Which rows come out does not depend on it; batch boundaries, and the order of rows that leave
    an operator as they settle rather than in time order, do;
 4. yield the output batches of the wanted streams.
@@ -74,7 +77,7 @@ DONE = np.iinfo(np.int64).max
 #: the watermark before anything was seen
 START = np.iinfo(np.int64).min
 #: decoded feed bytes pulled between two advances of the operators (module docstring, step 3)
-ADVANCE_BYTES = 8 << 20
+ADVANCE_BYTES = 16 << 20
 
 Emit = tuple[str, pa.RecordBatch]
 #: what a live feed's batches yield when nothing new has been written yet (compared by identity)
