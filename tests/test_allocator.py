@@ -83,38 +83,25 @@ def test_trim_heap_gives_back_the_pages_of_holes_between_live_arrays() -> None:
     assert all(int(a.sum()) == a.size for a in kept)
 
 
-SMAPS = """\
-7f0000000000-7f0000300000 r--p 00000000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
-Rss:                3000 kB
-Private_Dirty:         0 kB
-Shared_Dirty:          0 kB
-Anonymous:             0 kB
-7f0000300000-7f0003300000 r-xp 00300000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
-Rss:               51200 kB
-Private_Dirty:         0 kB
-Shared_Dirty:          0 kB
-Anonymous:             0 kB
-7f0003300000-7f0003400000 r--p 03300000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
-Rss:                1024 kB
-Private_Dirty:      1024 kB
-Shared_Dirty:          0 kB
-Anonymous:          1024 kB
-7f0003400000-7f0003500000 rw-p 03400000 fd:00 42 /venv/llvmlite/binding/libllvmlite.so
-Rss:                  64 kB
-Private_Dirty:         0 kB
-Shared_Dirty:          0 kB
-Anonymous:             0 kB
-7f0004000000-7f0005000000 r-xp 00000000 fd:00 43 /venv/pyarrow/libarrow.so.2600
-Rss:               16384 kB
-Private_Dirty:         0 kB
-Shared_Dirty:          0 kB
-Anonymous:             0 kB
-7f0006000000-7f0006100000 rw-p 00000000 00:00 0
-Rss:                1024 kB
-Private_Dirty:      1024 kB
-Shared_Dirty:          0 kB
-Anonymous:          1024 kB
-"""
+LLVM = "/venv/llvmlite/binding/libllvmlite.so"
+
+
+def _mapping(span: str, perms: str, path: str, rss_kb: int, own_kb: int = 0) -> str:
+    """One mapping of a ``/proc/<pid>/smaps`` text; ``own_kb`` of its pages dirty and anonymous."""
+    fields = {"Rss": rss_kb, "Private_Dirty": own_kb, "Shared_Dirty": 0, "Anonymous": own_kb}
+    return f"{span} {perms} 00000000 fd:00 42 {path}\n" + "".join(f"{k}: {v} kB\n" for k, v in fields.items())
+
+
+SMAPS = "".join(
+    [
+        _mapping("7f0000000000-7f0000300000", "r--p", LLVM, 3000),
+        _mapping("7f0000300000-7f0003300000", "r-xp", LLVM, 51200),
+        _mapping("7f0003300000-7f0003400000", "r--p", LLVM, 1024, own_kb=1024),  # relocated (RELRO)
+        _mapping("7f0003400000-7f0003500000", "rw-p", LLVM, 64),
+        _mapping("7f0004000000-7f0005000000", "r-xp", "/venv/pyarrow/libarrow.so.2600", 16384),
+        _mapping("7f0006000000-7f0006100000", "rw-p", "", 1024, own_kb=1024),
+    ]
+)
 
 
 def test_clean_library_ranges_are_the_read_only_mappings_of_the_library_that_hold_no_page_of_their_own() -> (

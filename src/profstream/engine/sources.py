@@ -65,8 +65,8 @@ from profstream.errors import DecodeError, InputPathError
 #: fixed cost is about 0.1 ms); in a pipeline the window sets how far one pull moves a sparse stream
 #: ahead in time (2 MiB of node_basic_info span about 4 % of a run), and the host joins hold what
 #: arrived ahead until the other streams catch up. 1 MiB windows, with ``runtime.ADVANCE_BYTES`` at
-#: 8 MiB (16 MiB since session 30), made bench/macro.py's 1 GB msprof summary 19 % faster at 24 MB less peak RSS than 2 MiB
-#: windows and 4 MiB advances (bench/README.md, "Export", session 13).
+#: 8 MiB (16 MiB since session 30), made bench/macro.py's 1 GB msprof summary 19 % faster at 24 MB
+#: less peak RSS than 2 MiB windows and 4 MiB advances (bench/README.md, "Export", session 13).
 DEFAULT_CHUNK_BYTES = 1 << 20
 #: columns whose min/max become the stream's time range, first present wins (native units).
 TIME_COLUMNS = ("syscnt", "timestamp", "start_syscnt", "begin_time", "start_ns", "time_ns")
