@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from collections import Counter
 from decimal import Decimal
@@ -314,6 +315,22 @@ def test_parquet_tables_do_not_depend_on_where_the_stages_advance(torch_run: Run
         kept = [c for c in direct.column_names if c != "device_id"]
         assert written.num_rows == direct.num_rows > 0
         assert _plain(written.select(kept)) == _plain(direct.select(kept)), table
+
+
+@pytest.mark.parametrize("layout", ["msprof", "torch_npu"])
+def test_summaries_do_not_depend_on_where_the_stages_advance(
+    layout: str, torch_run: Run, tmp_path: Path
+) -> None:
+    """The summary files, byte for byte, whether the stages advance every 16 MB or after every message
+    (msprof's file names carry the export's time: it is left out of the comparison)."""
+    files = {}
+    for name, options in (("default", {}), ("every", {"chunk_bytes": 4096, "advance_bytes": 0})):
+        out = tmp_path / name
+        export(torch_run.raw, kind="summary", layout=layout, output=out, **options)  # type: ignore[arg-type]
+        written = (p for p in sorted(out.rglob("*")) if p.suffix in (".csv", ".json"))
+        files[name] = {re.sub(r"_\d{14}", "", p.relative_to(out).as_posix()): p.read_bytes() for p in written}
+    assert len(files["default"]) > 5
+    assert files["default"] == files["every"]
 
 
 def test_parquet_layout_reads_the_same_in_pyarrow_duckdb_and_polars(graph_run: Run) -> None:
