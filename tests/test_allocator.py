@@ -52,6 +52,11 @@ def test_heap_trimmer_trims_at_most_once_per_interval_unless_forced(monkeypatch:
     now[0] += 1.0
     trimmer()
     assert len(calls) == 3
+    released: list[int] = []
+    without_trim = HeapTrimmer(None, interval_s=1.0, loader_pages=lambda: released.append(1))
+    without_trim()
+    without_trim()
+    assert released == [1]  # a C library without malloc_trim still lets go of the loader's pages
 
 
 def _resident_bytes() -> int:

@@ -172,10 +172,11 @@ class HeapTrimmer:
     def __call__(self, *, force: bool = False) -> None:
         """Trim if the interval has passed since the last trim, or now with ``force`` (after a stage
         dropped its state)."""
-        if self.trim is None:
+        if self.trim is None and self.loader_pages is None:
             return
         if force or time.monotonic() >= self._next:
-            self.trim(0)
+            if self.trim is not None:
+                self.trim(0)
             if self.loader_pages is not None:
                 self.loader_pages()
             self._next = time.monotonic() + self.interval_s
