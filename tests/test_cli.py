@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from profstream import __version__
+from profstream import __version__, events
 from profstream.cli import EXIT_BAD_INPUT, EXIT_USAGE, _msprof_binary_form, build_parser, main
+from profstream.events import configure_logging
 
 
 def usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -294,3 +296,33 @@ def test_processes_flag_sets_the_export_setting() -> None:
     assert settings_of(args).export.processes == 3
     default = build_parser().parse_args(["export", "summary", "-dir", "/p"])
     assert settings_of(default).export.processes == 0  # one per core
+
+
+class _Writes:
+    """A stderr that records each ``write`` call."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_each_log_event_is_one_write_with_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export's and the daemon's workers share the parent's stderr: an event written apart from its
+    newline let another process's line in between, and two JSON lines became one."""
+    stderr = _Writes()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    configure_logging(verbosity=1, log_format="json")
+    events.get_logger(component="test").info("one_event", value=1)
+    events.get_logger(component="test").warning("another_event", value=2)
+    assert len(stderr.calls) == 2
+    assert all(call.endswith("\n") and call.count("\n") == 1 for call in stderr.calls)
+    assert [json.loads(call)["event"] for call in stderr.calls] == ["one_event", "another_event"]

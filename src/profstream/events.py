@@ -85,9 +85,13 @@ def configure_logging(*, verbosity: int = 0, log_format: LogFormat = "console") 
     )
 
 
-def _stderr_logger(*_: Any) -> structlog.PrintLogger:
-    """A PrintLogger on the *current* sys.stderr (resolved per logger, so redirections are honoured)."""
-    return structlog.PrintLogger(file=sys.stderr)
+def _stderr_logger(*_: Any) -> structlog.WriteLogger:
+    """A WriteLogger on the *current* sys.stderr (resolved per logger, so redirections are honoured).
+
+    It writes each event and its newline in one call: ``print``'s two writes let another process on
+    the same stderr (an export's or the daemon's worker) put its line between an event and its
+    newline, which joined two JSON lines into one."""
+    return structlog.WriteLogger(file=sys.stderr)
 
 
 def get_logger(**bound: Any) -> Any:
