@@ -21,6 +21,7 @@ from profstream.engine.operators.statistics import (
     CommStatistic,
     OpStatistic,
     TaskWaitTime,
+    sub_task_parents,
     task_time_groups,
 )
 from profstream.engine.runtime import DONE, Feed, Operator, Pipeline, at
@@ -358,3 +359,41 @@ def test_task_time_groups_as_msprofs_python(rows: list[tuple[int, int, int, int]
         }
     )
     assert np.flatnonzero(task_time_groups(batch)).tolist() == _msprof_task_time_rows(rows)
+
+
+_parent_rows = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # stream
+        st.integers(0, 3),  # task
+        st.sampled_from([schema.NO_ID, schema.NO_ID, 0, 1, 2]),  # context: a whole task or a sub-task
+        st.integers(0, 50),  # start
+        st.integers(0, 20),  # duration
+    ),
+    max_size=40,
+)
+
+
+@given(rows=_parent_rows)
+@settings(max_examples=200, deadline=None)
+def test_sub_task_parents_are_the_task_rows_with_a_sub_task_starting_within_them(
+    rows: list[tuple[int, int, int, int, int]],
+) -> None:
+    batch = pa.record_batch(
+        {
+            "stream_id": pa.array([r[0] for r in rows], pa.int64()),
+            "task_id": pa.array([r[1] for r in rows], pa.int64()),
+            "batch_id": pa.array([0] * len(rows), pa.int64()),
+            "context_id": pa.array([r[2] for r in rows], pa.int64()),
+            "start_ns": pa.array([r[3] for r in rows], pa.int64()),
+            "end_ns": pa.array([r[3] + r[4] for r in rows], pa.int64()),
+        }
+    )
+    expected = [
+        context == schema.NO_ID
+        and any(
+            (s, t) == (stream, task) and c != schema.NO_ID and begin <= b <= begin + length
+            for s, t, c, b, _ in rows
+        )
+        for stream, task, context, begin, length in rows
+    ]
+    assert sub_task_parents(batch).to_pylist() == expected

@@ -258,13 +258,21 @@ def sub_task_parents(batch: pa.RecordBatch) -> pa.Array:
     parents = np.zeros(count, np.bool_)
     if not candidates.size:
         return pa.array(parents)
-    order = np.lexsort((start[sub], key[sub]))
-    sub_key, sub_start = key[sub][order], start[sub][order]
-    first = np.searchsorted(sub_key, key[candidates], side="left")
-    last = np.searchsorted(sub_key, key[candidates], side="right")
-    for row, lo, hi in zip(candidates.tolist(), first.tolist(), last.tolist(), strict=True):
-        at_or_after = lo + int(np.searchsorted(sub_start[lo:hi], start[row], side="left"))
-        parents[row] = at_or_after < hi and sub_start[at_or_after] <= end[row]
+    # candidates and sub-task rows in (key, start) order, a candidate before a sub-task row of its
+    # start: the first sub-task row after a candidate is the earliest of its key at or after its start
+    subs = np.flatnonzero(sub)
+    rows = np.r_[candidates, subs]
+    is_sub = np.r_[np.zeros(candidates.size, np.bool_), np.ones(subs.size, np.bool_)]
+    order = np.lexsort((is_sub, start[rows], key[rows]))
+    ordered_rows, ordered_sub = rows[order], is_sub[order]
+    at = np.arange(order.size)
+    next_sub = np.minimum.accumulate(np.where(ordered_sub, at, order.size)[::-1])[::-1]
+    placed = np.flatnonzero(~ordered_sub)
+    row, found = ordered_rows[placed], next_sub[placed]
+    has_next = found < order.size
+    nearest = ordered_rows[found[has_next]]
+    row = row[has_next]
+    parents[row] = (key[nearest] == key[row]) & (start[nearest] <= end[row])
     return pa.array(parents)
 
 
