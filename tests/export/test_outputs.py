@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profstream.engine import schema
-from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput
+from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput, split_by
 from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
 from profstream.engine.layouts.timeline import default_task_type
 from profstream.engine.layouts.torch_npu import _steps_of
@@ -219,3 +219,20 @@ def test_memory_record_puts_each_device_s_app_rows_first_in_device_name_order(tm
         ("NPU:2", "APP"),
         ("NPU:2", "PTA"),
     ]
+
+
+def test_split_by_gives_each_key_its_rows_and_a_dictionary_key_its_word() -> None:
+    """Spool keys may come as dictionary codes (torch_npu's per-device parts): split by code, named
+    by word; a batch of one key comes back as it is."""
+    batch = pa.record_batch({"n": pa.array([0, 1, 2, 3])})
+    words = pa.array(["1/0", "1/1", "10/0"])
+    mixed = pa.DictionaryArray.from_arrays(pa.array([1, 0, 1, 2], pa.int32()), words)
+    assert [(key, rows.column("n").to_pylist()) for key, rows in split_by(batch, mixed)] == [
+        ("1/1", [0, 2]),
+        ("1/0", [1]),
+        ("10/0", [3]),
+    ]
+    one = pa.DictionaryArray.from_arrays(pa.array([2, 2, 2, 2], pa.int32()), words)
+    assert [(key, rows is batch) for key, rows in split_by(batch, one)] == [("10/0", True)]
+    plain = pa.array([5, 5, 6, 5])
+    assert [(key, rows.num_rows) for key, rows in split_by(batch, plain)] == [(5, 3), (6, 1)]

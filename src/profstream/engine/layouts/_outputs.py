@@ -129,7 +129,12 @@ def after_collection_start(
 
 
 def split_by(batch: pa.RecordBatch, keys: pa.Array) -> Iterator[tuple[Any, pa.RecordBatch]]:
-    """The rows of each key value in ``batch`` (usually a batch holds one, returned as is)."""
+    """The rows of each key value in ``batch`` (usually a batch holds one, returned as is); dictionary
+    keys split by their codes."""
+    if pa.types.is_dictionary(keys.type):
+        for code, rows in split_by(batch, keys.indices):
+            yield keys.dictionary[code].as_py(), rows
+        return
     low, high = pc.min_max(keys).values()
     if low.as_py() == high.as_py():
         yield low.as_py(), batch

@@ -264,9 +264,16 @@ def _first_then_others(column: str, first: str) -> Callable[[pa.RecordBatch], pa
     digits: ``1/1`` before ``10/0``)."""
 
     def key(batch: pa.RecordBatch) -> pa.Array:
-        later = pc.if_else(pc.equal(text(batch.column(column)), first), "0", "1")
-        device = pc.cast(batch.column("device_id"), pa.string())
-        return pc.binary_join_element_wise(device, later, "/")
+        # codes into the batch's few keys, not a string per row (memory_record: 5.5 million rows at 1 GB)
+        is_first = map_text(batch.column(column), lambda names: pc.equal(names, first))
+        later = ~np.asarray(pc.cast(is_first, pa.bool_()).fill_null(False).to_numpy(zero_copy_only=False))
+        devices = np.asarray(batch.column("device_id").to_numpy(zero_copy_only=False))
+        if len(devices) and devices.min() == devices.max():
+            unique, position = devices[:1], np.zeros(len(devices), np.int64)
+        else:
+            unique, position = np.unique(devices, return_inverse=True)
+        words = pa.array([f"{device}/{part}" for device in unique.tolist() for part in (0, 1)])
+        return pa.DictionaryArray.from_arrays(pa.array((2 * position + later).astype(np.int32)), words)
 
     return key
 

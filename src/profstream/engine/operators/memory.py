@@ -160,7 +160,10 @@ _COUNTERS = ("pta_not_npu", "unnamed", "ge_short_records")
 
 def _device_tags(devices: Int64Array) -> pa.Array:
     """``NPU:<id>`` per row, dictionary-encoded."""
-    unique, index = np.unique(devices, return_inverse=True)
+    if len(devices) and devices.min() == devices.max():  # one device, as usual: no sort
+        unique, index = devices[:1], np.zeros(len(devices), np.int64)
+    else:
+        unique, index = np.unique(devices, return_inverse=True)
     return pa.DictionaryArray.from_arrays(
         pa.array(index.astype(np.int32)), pa.array([f"NPU:{d}" for d in unique.tolist()])
     )
