@@ -14,10 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 from structlog.testing import capture_logs
 
+import profstream
 from profstream import events
 from profstream import export as export_module
 from profstream.config import ExportSettings
+from profstream.engine.layouts import outputs
 from profstream.engine.layouts.msprof import TaskRows
+from profstream.engine.plan import Planner
+from profstream.engine.runtime import PipelineError, stage_messages
 from profstream.errors import DecodeError
 from profstream.export import ExportReport, export
 from profstream.workers import Worker
@@ -226,3 +230,24 @@ def test_only_the_parts_off_the_longest_path_run_at_a_lower_priority(
     export(torch_run.raw, kind="summary", output=tmp_path / "out", settings=ExportSettings(processes=2))
     assert nice == {"export-part-1": export_module.SIDE_PART_NICE, "export-writer": 0, "export-front": 0}
     assert export_module.SIDE_PART_NICE > 0
+
+
+def test_a_last_stage_offered_a_stream_it_does_not_read_refuses_to_start(
+    torch_run: Run, tmp_path: Path
+) -> None:
+    """The last stage takes its messages in the order sent, so a message no feed of it takes would
+    stall it for good: a stream it would not read is refused before anything runs."""
+    collection = profstream.open(torch_run.raw).collections[0]
+    context = export_module.layout_context(collection, tmp_path / "out", None)
+    built = outputs(context, "torch_npu", "summary")
+    planner = Planner(collection)
+    written, here = export_module._Part(planner, built, None, context).shared()
+    streams = planner.last_stage(sorted(written.sources()), here=sorted(here.sources()))
+    assert "memory_record@0" not in streams  # made by the rest of the pipeline and read by no stage operator
+    with pytest.raises(PipelineError, match=r"reads none of \['memory_record@0'\]"):
+        written.run_last_stage(iter(()), [*streams, "memory_record@0"])
+    written.run_last_stage(  # the same streams alone are taken
+        stage_messages(*planner.pipeline(sorted({s.partition("@")[0] for s in streams}))), streams
+    )
+    for output in written.outputs:
+        output.abort()
