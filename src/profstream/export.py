@@ -39,6 +39,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -657,8 +658,20 @@ class _Part:
         router.finish_statistics()
 
     def finish(self) -> None:
-        for output in self.outputs:
-            output.finish()
+        """Finish every output; the one with the most rows to encode outside the GIL (the writer's
+        tasks dataset: its only row group at 1 GB, 0.6-0.9 s) in a thread while the others finish
+        here, as nothing else runs in this process by then."""
+        largest = max(self.outputs, key=lambda output: output.finish_rows, default=None)
+        if largest is None or not largest.finish_rows or len(self.outputs) < 2:
+            for output in self.outputs:
+                output.finish()
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="finish") as pool:
+            finished = pool.submit(largest.finish)
+            for output in self.outputs:
+                if output is not largest:
+                    output.finish()
+            finished.result()
 
     def commit(self) -> _PartReport:
         """Close every output (renaming its files into place); on an error, abort them all."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import profstream
 from profstream import events
 from profstream import export as export_module
 from profstream.config import ExportSettings
-from profstream.engine.layouts import outputs
+from profstream.engine.layouts import Output, outputs
 from profstream.engine.layouts.msprof import TaskRows
 from profstream.engine.plan import Planner
 from profstream.engine.runtime import PipelineError, stage_messages
@@ -251,3 +252,46 @@ def test_a_last_stage_offered_a_stream_it_does_not_read_refuses_to_start(
     )
     for output in written.outputs:
         output.abort()
+
+
+class _Finishing(Output):
+    """An output that records the thread its finish ran on (and may fail there)."""
+
+    def __init__(self, rows: int, fail: bool = False) -> None:
+        self.tables = ("tasks",)
+        self.rows, self.fail = rows, fail
+        self.thread: str | None = None
+
+    def write(self, table: str, batch: pa.RecordBatch) -> None:
+        pass
+
+    @property
+    def finish_rows(self) -> int:
+        return self.rows
+
+    def finish(self) -> None:
+        self.thread = threading.current_thread().name
+        if self.fail:
+            msg = "the dataset broke"
+            raise OSError(msg)
+
+    def close(self) -> list[Path]:
+        return []
+
+    def abort(self) -> None:
+        pass
+
+
+def test_a_part_finishes_its_largest_parquet_output_in_a_thread_while_the_others_finish() -> None:
+    """Parquet encodes without the GIL, so the output with the most rows left to encode (the tasks
+    dataset's last row group) finishes beside the others, not after them; its failure is raised."""
+    here = threading.current_thread().name
+    small, large, python = _Finishing(10), _Finishing(1000), _Finishing(0)
+    export_module._Part(None, [small, large, python], None, None).finish()  # type: ignore[arg-type]
+    assert large.thread is not None and large.thread.startswith("finish")
+    assert (small.thread, python.thread) == (here, here)
+    alone = [_Finishing(0), _Finishing(0)]
+    export_module._Part(None, alone, None, None).finish()  # type: ignore[arg-type]
+    assert [output.thread for output in alone] == [here, here]
+    with pytest.raises(OSError, match="the dataset broke"):
+        export_module._Part(None, [_Finishing(5), _Finishing(50, fail=True)], None, None).finish()  # type: ignore[arg-type]

@@ -231,6 +231,11 @@ class ParquetSink(TableSink):
         self._partitions: dict[str, _Partition] = {}
         self._log = log_events.get_logger(component="sink.parquet", directory=str(self.directory))
 
+    @property
+    def waiting_rows(self) -> int:
+        """Rows not yet in a row group (held or spilled), which :meth:`finish` writes."""
+        return self._held_rows + sum(part.rows for part in self._partitions.values())
+
     def _write(self, batch: pa.RecordBatch) -> None:
         if self.partition_by is None:
             self._buffer("", batch)

@@ -162,6 +162,13 @@ class Output(ABC):
         """Render everything the output still holds (spooled rows) into temporary files, so that
         :meth:`close` only renames; an export's worker does this before it is told to commit."""
 
+    @property
+    def finish_rows(self) -> int:
+        """Rows :meth:`finish` still encodes outside the GIL (a Parquet dataset's last row groups;
+        0 for an output whose finish is Python's work): an export finishes the largest such output in
+        a thread of its own while the others finish (export.py ``_Part.finish``)."""
+        return 0
+
     @abstractmethod
     def close(self) -> list[Path]:
         """Finish every file; the paths written."""
@@ -552,6 +559,10 @@ class ParquetOutput(Output):
     def finish(self) -> None:
         if self._sink is not None:
             self._sink.finish()
+
+    @property
+    def finish_rows(self) -> int:
+        return 0 if self._sink is None else self._sink.waiting_rows
 
     def close(self) -> list[Path]:
         if self._sink is None:
