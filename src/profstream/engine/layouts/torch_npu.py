@@ -202,8 +202,11 @@ class KernelDetails(TaskRows):
 
 def _operator_memory_name(batch: pa.RecordBatch) -> pa.Array:
     """torch_npu's name: the op's, and ``cann::`` before a GE row's (framework_outputs.md §4b point 7)."""
+    ge = _is_ge(batch)
+    if not pc.any(ge).as_py():  # PyTorch's rows alone: the names as they are (a dictionary's once each)
+        return batch.column("name")
     names = text(batch.column("name"))
-    return pc.if_else(_is_ge(batch), pc.binary_join_element_wise("cann::", names, ""), names)
+    return pc.if_else(ge, pc.binary_join_element_wise("cann::", names, ""), names)
 
 
 #: the column operator_memory.csv's rows are sorted by within their part (module docstring)
@@ -211,7 +214,8 @@ MEMORY_ORDER = "order_ns"
 
 
 def _is_ge(batch: pa.RecordBatch) -> pa.Array:
-    return pc.equal(text(batch.column("source")), "GE")
+    is_ge = map_text(batch.column("source"), lambda sources: pc.equal(sources, "GE"))
+    return pc.cast(is_ge, pa.bool_()) if pa.types.is_dictionary(is_ge.type) else is_ge
 
 
 def _operator_memory_order(batch: pa.RecordBatch) -> pa.RecordBatch:

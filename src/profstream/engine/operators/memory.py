@@ -565,13 +565,14 @@ class Memory(Operator):
         def after(name_: str) -> pa.Array:
             return nullable(np.where(released, release[name_], NULL))
 
-        names = np.asarray([*self._names, ""], dtype=object)
+        used, index = np.unique(alloc["name"], return_inverse=True)  # -1: no name, ""
+        words = pa.array([self._names[code] if code >= 0 else "" for code in used.tolist()], pa.string())
         return conform(
             TABLES["memory"],
             {
                 "device_id": alloc["device"].astype(np.int32),
                 "source": _labels(np.zeros(order.size, np.int64), ("PTA", "GE")),
-                "name": pa.array(names[alloc["name"]], pa.string()),
+                "name": pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32)), words),
                 "size_bytes": alloc["size"],
                 "alloc_ns": found.alloc_time,
                 "release_ns": nullable(found.release_time),
