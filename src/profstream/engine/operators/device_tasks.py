@@ -78,7 +78,7 @@ from profstream.engine.kernels import pairing
 from profstream.engine.kernels._dispatch import NULL
 from profstream.engine.kernels._table import KeyedState, Table
 from profstream.engine.metadata import DirMetadata
-from profstream.engine.operators import pmu
+from profstream.engine.operators import _state, pmu
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 from profstream.events import RECORDS_UNMATCHED, get_logger
 
@@ -113,18 +113,6 @@ def _empty(names: Collection[str], counters: bool = False) -> Columns:
             cols[side] = np.empty((0, 1 + COUNTERS), np.int64)
         cols["has"] = np.empty((0, 2), np.bool_)
     return cols
-
-
-def _concat(a: Columns, b: Columns) -> Columns:
-    return {name: np.concatenate([a[name], b[name]]) for name in a}
-
-
-def _take(cols: Columns, index: npt.NDArray[Any]) -> Columns:
-    return {name: values[index] for name, values in cols.items()}
-
-
-def _rows(cols: Columns) -> int:
-    return len(next(iter(cols.values())))
 
 
 def _groups(*keys: I64) -> I64:
@@ -268,7 +256,7 @@ class DeviceTasks(Operator):
                 _np(batch, "flip_num")[flips] == FLIP_STREAM_DESTROYED, 0, _np(batch, "task_id")[flips]
             ),
         }
-        self._flips = _concat(self._flips, cols)
+        self._flips = _state.concat(self._flips, cols)
 
     def _push_hwts(self, lane: int, batch: pa.RecordBatch) -> None:
         log_type = _np(batch, "log_type")
@@ -336,7 +324,7 @@ class DeviceTasks(Operator):
             "thread": _np(batch, "thread_id")[rows],
             "type": np.where(is_ffts, _np(batch, "subtask_type")[rows], _np(batch, "sqe_type")[rows]),
         }
-        self._stars_buffer = _concat(self._stars_buffer, cols)
+        self._stars_buffer = _state.concat(self._stars_buffer, cols)
 
     def _push_ffts_profile(self, batch: pa.RecordBatch) -> None:
         func = _np(batch, "func_type")
@@ -358,7 +346,7 @@ class DeviceTasks(Operator):
         side = np.where(aic | (not self.layout.split), AIC, AIV)
         keys = {"stream": _np(batch, "stream_id"), "task": _np(batch, "task_id"), "context": context}
         self._add_pmu(
-            {**_take(keys, ctx), "end": end[ctx], "lane": np.full(len(ctx), ACSQ), "side": side[ctx]},
+            {**_state.take(keys, ctx), "end": end[ctx], "lane": np.full(len(ctx), ACSQ), "side": side[ctx]},
             counters[ctx],
         )
         # block records of MIX tasks from the secondary core: AIV blocks of MIX_AIC, AIC blocks of MIX_AIV
@@ -368,30 +356,32 @@ class DeviceTasks(Operator):
         if not self.layout.split:
             secondary[:] = False  # msprof's un-prefixed path reads context PMU only (calculate_pmu_list)
         blocks = np.flatnonzero(secondary)
-        cols = {**_take(keys, blocks), "end": end[blocks], "side": np.where(mix_aic[blocks], AIV, AIC)}
-        self._blocks = _concat(self._blocks, _with_counters(cols, counters[blocks]))
+        cols = {**_state.take(keys, blocks), "end": end[blocks], "side": np.where(mix_aic[blocks], AIV, AIC)}
+        self._blocks = _state.concat(self._blocks, _with_counters(cols, counters[blocks]))
         self._count("pmu_overflow", int(np.count_nonzero(overflow)))
         self._count("pmu_other_records", int(np.count_nonzero((func != CONTEXT_PMU) & ~secondary)))
         if ctx.size:
             self._frontier = max(self._frontier, int(end[ctx].max()))
 
     def _add_tasks(self, cols: Columns) -> None:
-        n = _rows(cols)
+        n = _state.rows(cols)
         if not n:
             return
         cols["seq"] = self._seq + np.arange(n, dtype=np.int64)
         self._seq += n
         cols["matched"] = np.zeros(n, np.bool_)
         cols["late"] = cols["start"] < self._emitted
-        self._pending = _concat(self._pending, _with_counters(cols, np.zeros((n, 1 + COUNTERS), np.int64)))
+        self._pending = _state.concat(
+            self._pending, _with_counters(cols, np.zeros((n, 1 + COUNTERS), np.int64))
+        )
 
     def _add_pmu(self, cols: Columns, counters: I64) -> None:
-        n = _rows(cols)
+        n = _state.rows(cols)
         if not n:
             return
         cols["seq"] = self._seq + np.arange(n, dtype=np.int64)
         self._seq += n
-        self._pmu = _concat(self._pmu, _with_counters(cols, counters))
+        self._pmu = _state.concat(self._pmu, _with_counters(cols, counters))
 
     # ------------------------------------------------------------------ matching
 
@@ -401,13 +391,13 @@ class DeviceTasks(Operator):
         ready = buf["time"] < watermark
         if not ready.any():
             return
-        rows = _take(buf, np.flatnonzero(ready))
-        self._stars_buffer = _take(buf, np.flatnonzero(~ready))
+        rows = _state.take(buf, np.flatnonzero(ready))
+        self._stars_buffer = _state.take(buf, np.flatnonzero(~ready))
         order = pairing.acsq_order(rows["time"], rows["end"])
-        rows = _take(rows, order)
+        rows = _state.take(rows, order)
         for ffts in (False, True):
-            part = _take(rows, np.flatnonzero(rows["ffts"] == int(ffts)))
-            if not _rows(part):
+            part = _state.take(rows, np.flatnonzero(rows["ffts"] == int(ffts)))
+            if not _state.rows(part):
                 continue
             end = part["end"].astype(np.bool_)
             if ffts:
@@ -448,7 +438,7 @@ class DeviceTasks(Operator):
     def _match_pmu(self) -> None:
         """Give waiting tasks their PMU records (HWTS: FIFO per key; STARS: latest start before the end)."""
         tasks, queue = self._pending, self._pmu
-        if not _rows(queue) or not _rows(tasks):
+        if not _state.rows(queue) or not _state.rows(tasks):
             return
         open_tasks = np.flatnonzero(~tasks["matched"])
         t_lane = np.where(tasks["lane"][open_tasks] == FFTS, ACSQ, tasks["lane"][open_tasks])
@@ -504,14 +494,14 @@ class DeviceTasks(Operator):
         hwts_matched = t_idx[tasks["lane"][t_idx] < ACSQ]
         if hwts_matched.size:
             self._frontier = max(self._frontier, int(tasks["end"][hwts_matched].max()))
-        keep = np.ones(_rows(queue), np.bool_)
+        keep = np.ones(_state.rows(queue), np.bool_)
         keep[q_idx] = False
-        self._pmu = _take(queue, np.flatnonzero(keep))
+        self._pmu = _state.take(queue, np.flatnonzero(keep))
 
     def _attach_blocks(self, rows: Columns) -> None:
         """Sum the secondary-core block records whose end lies in each emitted MIX task's interval."""
         blocks = self._blocks
-        if not _rows(blocks) or not _rows(rows):
+        if not _state.rows(blocks) or not _state.rows(rows):
             return
         mix = np.flatnonzero(np.isin(rows["kind"], (_FFTS_CODE + MIX_AIC, _FFTS_CODE + MIX_AIV)))
         if not mix.size:
@@ -532,9 +522,9 @@ class DeviceTasks(Operator):
             rows[name][fresh] = 0
             np.add.at(rows[name], target, blocks[name][pick])
             rows["has"][target, s] = True
-        keep = np.ones(_rows(blocks), np.bool_)
+        keep = np.ones(_state.rows(blocks), np.bool_)
         keep[used] = False
-        self._blocks = _take(blocks, np.flatnonzero(keep))
+        self._blocks = _state.take(blocks, np.flatnonzero(keep))
 
     # ------------------------------------------------------------------ emission
 
@@ -553,8 +543,8 @@ class DeviceTasks(Operator):
             "open_starts", others + sum(len(pairing.open_starts(s).start) for s in self._open_states())
         )
         out = self._emit(DONE, final=True)
-        self._count("pmu_unmatched", _rows(self._pmu))
-        self._count("block_pmu_unmatched", _rows(self._blocks))
+        self._count("pmu_unmatched", _state.rows(self._pmu))
+        self._count("block_pmu_unmatched", _state.rows(self._blocks))
         self._report()
         return out
 
@@ -586,7 +576,7 @@ class DeviceTasks(Operator):
             if young.size:
                 bound = min(bound, int(young.min()))
         tasks = self._pending
-        if self._pmu_lanes and _rows(tasks):
+        if self._pmu_lanes and _state.rows(tasks):
             frontier = max(self._frontier - self.settings.pmu_slack_ns, START)
             waiting = ~tasks["matched"] & np.isin(tasks["lane"], self._pmu_lanes)
             waiting &= (tasks["end"] >= frontier) & (tasks["end"] >= horizon)
@@ -602,7 +592,7 @@ class DeviceTasks(Operator):
         ready = np.flatnonzero(self._pending["start"] < bound)
         out: list[Emit] = []
         if ready.size:
-            batch, bound = self._assign_batches(_take(self._pending, ready), watermark, bound, final)
+            batch, bound = self._assign_batches(_state.take(self._pending, ready), watermark, bound, final)
             sent = self._pending["start"][ready] < bound
             out = self._release(ready[sent], batch[sent], bound)
         self._promised = bound
@@ -619,12 +609,12 @@ class DeviceTasks(Operator):
         tasks = self._pending
         if not emit.size:
             return []
-        rows = _take(tasks, emit)
-        keep = np.ones(_rows(tasks), np.bool_)
+        rows = _state.take(tasks, emit)
+        keep = np.ones(_state.rows(tasks), np.bool_)
         keep[emit] = False
-        self._pending = _take(tasks, np.flatnonzero(keep))
+        self._pending = _state.take(tasks, np.flatnonzero(keep))
         order = np.lexsort((rows["seq"], rows["start"]))
-        rows, batch = _take(rows, order), batch[order]
+        rows, batch = _state.take(rows, order), batch[order]
         self._count("late_tasks", int(np.count_nonzero(rows["late"])))
         self._emitted = max(self._emitted, min(bound, DONE - 1))
         self._attach_blocks(rows)
@@ -632,7 +622,7 @@ class DeviceTasks(Operator):
 
     def _assign_batches(self, rows: Columns, watermark: int, bound: int, final: bool) -> tuple[I64, int]:
         """Batch ids of ``rows`` (flip counts, calibration) and the bound lowered by flip holds."""
-        batch = np.zeros(_rows(rows), np.int64)
+        batch = np.zeros(_state.rows(rows), np.int64)
         self._ensure_streams(np.unique(rows["stream"]))
         horizon = watermark - self.settings.open_horizon_ns
         per_stream = []
@@ -687,8 +677,8 @@ class DeviceTasks(Operator):
             return
         zeros = np.zeros(len(new), np.int64)
         cols = {"stream": new, "base": zeros, "prev_id": np.full(len(new), -1, np.int64), "prev_batch": zeros}
-        merged = _concat(self._streams, cols)
-        self._streams = _take(merged, np.argsort(merged["stream"], kind="stable"))
+        merged = _state.concat(self._streams, cols)
+        self._streams = _state.take(merged, np.argsort(merged["stream"], kind="stable"))
 
     def _age(self, watermark: int, final: bool) -> None:
         """Drop what can no longer match: flips, PMU and block records older than the horizon."""
@@ -698,18 +688,18 @@ class DeviceTasks(Operator):
             streams, counts = np.unique(self._flips["stream"][old], return_counts=True)
             self._ensure_streams(streams)
             self._streams["base"][np.searchsorted(self._streams["stream"], streams)] += counts
-            self._flips = _take(self._flips, np.flatnonzero(~old))
+            self._flips = _state.take(self._flips, np.flatnonzero(~old))
         if final:
             return
         stale = self._pmu["end"] < min(horizon, self._emitted)
         self._count("pmu_unmatched", int(np.count_nonzero(stale)))
-        self._pmu = _take(self._pmu, np.flatnonzero(~stale))
+        self._pmu = _state.take(self._pmu, np.flatnonzero(~stale))
         stale = self._blocks["end"] < min(horizon, self._emitted)
         self._count("block_pmu_unmatched", int(np.count_nonzero(stale)))
-        self._blocks = _take(self._blocks, np.flatnonzero(~stale))
+        self._blocks = _state.take(self._blocks, np.flatnonzero(~stale))
 
     def _batch(self, rows: Columns, batch: I64) -> pa.RecordBatch:
-        n = _rows(rows)
+        n = _state.rows(rows)
         kinds, codes = np.unique(rows["kind"], return_inverse=True)
         names = pa.array([_type_name(int(k)) for k in kinds], pa.string())
         task_type = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), names)
@@ -795,7 +785,7 @@ def _np(batch: pa.RecordBatch, name: str) -> I64:
 
 def _with_counters(cols: Columns, counters: I64) -> Columns:
     """``cols`` with a PMU record's counters on its side (``cols['side']``) or none (tasks)."""
-    n = _rows(cols)
+    n = _state.rows(cols)
     aic = np.zeros((n, 1 + COUNTERS), np.int64)
     aiv = np.zeros((n, 1 + COUNTERS), np.int64)
     has = np.zeros((n, 2), np.bool_)
