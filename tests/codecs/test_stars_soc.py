@@ -71,8 +71,10 @@ def check_round_trip(cols: dict[str, np.ndarray], v6: bool, traits: StreamTraits
         stream, task = unique_ids(cols["stream_raw"], cols["task_raw"])
     else:
         stream, task = reconstruct_ids(cols["stream_raw"], cols["task_raw"], traits, cols["sqe_type"])
+    fusion = np.isin(func, (22, 23))
+    whole = cols["task_raw"].astype(np.uint32) << 16 | cols["stream_raw"]
     np.testing.assert_array_equal(got["stream_id"], np.where(acsq | ffts, stream, 0))
-    np.testing.assert_array_equal(got["task_id"], np.where(acsq | ffts, task, 0))
+    np.testing.assert_array_equal(got["task_id"], np.where(acsq | ffts, task, np.where(fusion, whole, 0)))
     again = decode(enc(got), DecodeContext(traits=traits), v6=v6).batch
     assert again.equals(out.batch)
 
@@ -181,6 +183,34 @@ def test_v6_has_no_ffts_fields() -> None:
     rec = decode(raw, v6=True).batch.to_pylist()[0]
     assert (rec["subtask_type"], rec["subtask_id"], rec["ffts_type"], rec["thread_id"]) == (0, 0, 0, 0)
     assert (rec["stream_id"], rec["task_id"], rec["stream_raw"]) == (0, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("func", "v6", "traits"),
+    [
+        (stars_soc.FUSION_TASK_START, True, StreamTraits(platform=15)),
+        (stars_soc.FUSION_TASK_END, True, StreamTraits(platform=16)),
+        (stars_soc.FUSION_TASK_END, False, StreamTraits(platform=5)),
+    ],
+)
+def test_fusion_task_ids(func: int, v6: bool, traits: StreamTraits) -> None:
+    """Fusion task log ("HHLQHHLLL"): msprof's task id is the whole u32 at 4, its stream id 0.
+
+    The raw stream word 0x3005 has bit 12 set, which would repack an ACSQ id on chip 5
+    (§2.0); the fusion id ignores those rules, as FusionTaskBean does.
+    """
+    raw = bytearray(32 if v6 else 64)
+    raw[0:2] = header(func, cnt=4, sqe=2)
+    raw[2:4] = MAGIC
+    raw[4:8] = (0x00073005).to_bytes(4, "little")  # u32 task id 0x00073005
+    raw[8:16] = (777).to_bytes(8, "little")
+    raw[16:18] = (3 << 5 | 0b00100).to_bytes(2, "little")  # mission 3, fusion type AICORE
+    raw[18:20] = (9).to_bytes(2, "little")  # acc id
+    rec = decode(raw, DecodeContext(traits=traits), v6=v6).batch.to_pylist()[0]
+    assert (rec["func_type"], rec["cnt"], rec["sqe_type"], rec["syscnt"]) == (func, 4, 2, 777)
+    assert (rec["stream_id"], rec["task_id"]) == (0, 0x00073005)
+    assert (rec["stream_raw"], rec["task_raw"]) == (0x3005, 0x0007)
+    assert (rec["acc_id"], rec["acsq_id"], rec["subtask_type"]) == (0, 0, 0)
 
 
 def test_other_func_types_kept_unparsed() -> None:

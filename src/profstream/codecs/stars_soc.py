@@ -25,8 +25,15 @@ way (msprof only logs them). One batch holds all func types in file order, so
 the rolling counter (which spans all of them) can be checked on it.
 
 Ids: ``stream_id``/``task_id`` are reconstructed per §2.0 (``_ids``) for ACSQ
-and FFTS+ records, with the record's SQE type; they are 0 for other func
-types, whose bytes 4-7 mean something else. ``stream_raw``/``task_raw`` keep
+and FFTS+ records, with the record's SQE type. Fusion task start/end records
+(22/23; [MSP] ``analysis/profiling_bean/stars/fusion_task_bean.py``
+``FusionTaskBean``, ``FUSION_TASK_FMT = "HHLQHHLLL"``) carry a u32 task id at
+4 that msprof reads whole, on every chip, with stream id 0 (and
+``FusionTaskParser.preprocess_data`` skips the host stream lookup): so their
+``task_id`` is ``(task_raw << 16) | stream_raw`` and ``stream_id`` is 0; their
+body (u16 at 16: fusion_task_type bits 0-4, mission_id bits 5-8; u16 acc id at
+18) is not parsed. Ids are 0 for other func types, whose bytes 4-7 mean
+something else. ``stream_raw``/``task_raw`` keep
 bytes 4-7 of every record, and ``encode`` writes those: the reconstruction is
 lossy (``% 2048``), so the raw ids are what round-trips. On V6 the task id is
 the unique id ``(task << 16) | stream``; V6 has no FFTS+ log (34/35 are not in
@@ -242,6 +249,7 @@ def _unpack(  # noqa: PLR0917 (numba kernels take their arrays positionally)
         stream, task = (head >> 32) & 0xFFFF, (head >> 48) & 0xFFFF
         acsq = np.int64(func <= ACSQ_END)
         ffts = np.int64(with_ffts and func in (FFTS_LOG_START, FFTS_LOG_END))
+        fusion = np.int64(func in (FUSION_TASK_START, FUSION_TASK_END))
         task_log = acsq | ffts
         body = words[i, 2]  # the u16 words at 16, 18, 20, 22
         func_type[kept] = func
@@ -251,7 +259,7 @@ def _unpack(  # noqa: PLR0917 (numba kernels take their arrays positionally)
         task_raw[kept] = task
         true_stream, true_task = true_ids(stream, task, sqe, rule)
         stream_id[kept] = true_stream * task_log
-        task_id[kept] = true_task * task_log
+        task_id[kept] = true_task * task_log + ((task << 16) | stream) * fusion
         syscnt[kept] = words[i, 1]
         acc_id[kept] = (body & 0x3F) * acsq
         acsq_id[kept] = ((body >> 6) & 0x7F) * acsq
