@@ -49,7 +49,14 @@ Payloads ([MSP] ``analysis/csrc/infrastructure/utils/prof_common.h``; Python for
   record as a whole ``MsprofAdditionalInfo`` (the 256-byte framing is the writer's, not a parser's
   choice), with the fields at the Python format's offsets: 24 u64 ``node_id_hash``, 32 u64
   ``ptr``, 40 u64 ``memory_size``, 48 u64 ``total_memory_size``, 56 u64 ``used_memory_size``, 64 u8
-  ``device_type``, 65 u8 ``device_id`` (single chars in the Python format, numbers here).
+  ``device_type``, 65 u8 ``device_id`` (single chars in the Python format, numbers here). Neither
+  msprof path yields rows from such a file: the Python one (``MemoryApplicationParser``,
+  ``analysis/msparser/add_info/memory_application_parser.py``) trims ``total % 66`` leading bytes
+  and its ``check_magic_num`` raises at the first 66-byte chunk without the 0x5A5A magic, which ends
+  the parse; it is also skipped whenever the C++ host parsing is on
+  (``ConfigDataParsers._load_can_cpp_parse_or_calculate_host_data``), and the C++ parser only
+  chunks the file into 256-byte records, whose payload nothing decodes. The Python parser is not
+  registered for chips 15/16 (``analysis/msconfig/data_parsers_config.py``).
 
 Other additional kinds (msproftx, capture_op_info, mc2_comm_info, logic_stream_info, ccu_*,
 dpu_hccl_info, model_exeom) are not decoded by this module; hash_dic and type_info_dic are text

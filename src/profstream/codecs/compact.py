@@ -52,8 +52,21 @@ word (``task_id`` low 16, ``batch_id`` high 16), 52 u16 ``stream_id``. Decoding 
 compact layout would be wrong, so they are their own family ``runtime_track``. Bytes of a task
 type name that are not valid UTF-8 are replaced by '?' (msprof drops them).
 
-Not covered: ``task_track_v2`` / capture V2 files of msprof builds newer than the spec (their
-names do not match these patterns, so they are left alone rather than misread).
+extInfo is a union ([MSP] ``analysis/csrc/infrastructure/utils/prof_struct.h``
+``MsprofRuntimeTrack``); only the kernel form above is decoded. The SIMT form is u16 gridDim
+x/y/z at 48, blockDim x/y/z at 54, argsSize at 60, schedMode bits 0-1 of byte 62; the newer
+model form is a u32 ``modelId`` at 48, which msprof's Python reads (``TaskTrackBean.model_id``) for
+MODEL_EXECUTE / MODEL_WAIT_COMPLETE tasks and which equals ``num_blocks | args_size << 16``; the
+event and notify forms hold a u64 key at 48.
+
+Not covered: ``task_track_v2`` / ``capture_stream_info_v2`` files of msprof builds newer than the
+spec (their names do not match these patterns, so they are left alone rather than misread).
+``MsprofRuntimeTrackV2`` (``prof_struct.h``; Python ``TASK_TRACK_V2_FMT "HHIIIQHHIHHIQ"+16B``,
+``TaskTrackV2Bean``): 24 u16 device word (as V1), 26 u16 reserved, 28 u32 ``streamId``, 32 u32
+task word (low 16 task id, high 16 batch id; V6: the whole u32), 36 u32 ``taskType``, 40 u64
+``kernelName``, 48 the same 16-byte extInfo union. msprof reads V2 only when a collection has no
+V1 task_track file (``TaskTrackParser`` in ``analysis/msparser/compact_info/task_track_parser.py``
+and in the C++ ``compact_info_parser.h``: V1 first).
 """
 
 from __future__ import annotations

@@ -35,7 +35,12 @@ bit 2 ``ov_flag``), ``core_type`` (bit 0 of byte 20), ``core_id`` u8 at 21,
 ``sub_block_id`` u16 at 24, ``block_id`` u16 at 26, ten counters
 ``pmu_0..pmu_9`` at 32, start/end syscnt at 112/120. The task id is the unique
 id ``(task << 16) | stream`` (the C++ reads it as one u32 at 4, the same
-value).
+value). Times are hwts-tick syscnts as on the other chips: msprof converts
+both with ``time_from_syscnt`` and the task time with ``duration_from_syscnt(end
+- start)`` (``analysis/mscalculate/stars/chip6_pmu_calculator.py``), and the
+C++ takes ``endTime`` as the record's timestamp. msprof keeps overflowed V6
+records: the C++ only warns, and the Python's ``PmuBeanV6.ov_flag`` compares a
+string with 1, so its overflow skip never fires; ``ov_flag`` here is the bit.
 
 Sample-based collections (sample.json ``ai_core_profiling_mode`` =
 sample-based) write the 96-byte (V6: 112-byte) sample record of §2.3 into

@@ -8,6 +8,19 @@ task_type; the collector and MindSpore call it core id; it is 0 in every record
 of the real 910A sample), so it is exposed as ``core_id``. Stream ids are
 masked ``% 2048`` as msprof does (``Utils.get_stream_id``).
 
+Choice where msprof is more lenient: msprof checks neither the magic nor the
+warn fields. ``HwtsCalculator._parse`` ([MSP] ``analysis/mscalculate/hwts/
+hwts_calculator.py``) keeps every record whose log type is 0 or 1
+(``HwtsLogBean.is_log_type``, ``analysis/profiling_bean/struct_info/
+hwts_log.py``) whatever bytes 2-3 hold, and never reads the warn bit or
+``warnStatus`` (u64 at 24 of the collector's ``HwtsProfileType3``). Here the
+magic is checked as for STARS logs (whose reader, ``StarsLogCalCulator``,
+counts and skips a bad one): a record without it means a misaligned or corrupt
+stream, so the ``on_invalid`` policy applies (error, or skip and count in
+``Decoded.dropped``); on an intact stream both read the same records. ``warn``
+and ``warn_status`` are decoded as columns and, as in msprof, used by no
+operator; every log type is kept, and the operators keep types 0 and 1.
+
 Decoding is one numba pass (:func:`_unpack`) that checks the magic, drops bad
 records under the ``skip`` policy and writes every output column.
 """
