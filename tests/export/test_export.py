@@ -728,6 +728,21 @@ def test_torch_op_args_and_operator_details_as_torch_npu_prints_them(torch_run: 
     assert all(sort[t] == (max(sort) + 1 if t in dequeue else t) for t in sort)
 
 
+def test_torch_to_npu_flow_ids_are_the_kernel_start_in_ns(torch_run: Run) -> None:
+    """torch_npu's ``TraceEventManager.create_torch_to_npu_flow`` takes the kernel event's ts in ns
+    as the id, an integer on both ends (``"id": 1736408883700059821`` at ``"ts":
+    "1736408883700059.821"`` in the real traces of shared/realdata), not a counter."""
+    torch_run.export("torch_npu", "timeline")
+    events = json.loads(
+        (torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text()
+    )
+    flows = [e for e in events if e.get("cat") == "async_npu"]
+    ends = [e for e in flows if e["ph"] == "f"]
+    assert len(ends) > 1
+    assert all(type(e["id"]) is int and e["id"] == int(Decimal(e["ts"]) * 1000) for e in ends)
+    assert Counter(e["id"] for e in flows if e["ph"] == "s") == Counter(e["id"] for e in ends)
+
+
 def test_torch_npu_api_statistic_names_the_communication_level_hccl(torch_run: Run) -> None:
     """The real api_statistic.csv files of that CANN generation say ``hccl`` where msprof now says
     ``communication``."""

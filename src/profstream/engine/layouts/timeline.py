@@ -687,7 +687,13 @@ class TorchOps(_Layer):
 class TorchFlows(_Layer):
     """Framework flows: task queue, forward-backward and torch op to NPU kernel (§3.1). A kernel is a
     task, on its stream of Ascend Hardware, or a communication op (no ``dst_tid``), on its group's
-    thread of the Communication layer as the shared ``groups`` number them."""
+    thread of the Communication layer as the shared ``groups`` number them.
+
+    Ids: the ``flows`` table's, except ``torch_to_npu``, whose id is the kernel's start in local
+    wall-clock ns, an integer (``TraceEventManager.create_torch_to_npu_flow``: ``end_event.ts``; every
+    async_npu flow of the real traces in shared/realdata): kernels starting at the same ns share an
+    id, as there. Ascend/pytorch PR #156 (open, not on master) numbers them with a counter instead.
+    """
 
     table = "flows"
 
@@ -700,6 +706,8 @@ class TorchFlows(_Layer):
         for category in pc.unique(kind).to_pylist():
             rows = batch.filter(pc.equal(kind, category))
             name = FLOW_NAMES.get(category, category)
+            end = local(self.context, rows.column("dst_ns"))
+            flow_id = end if category == "async_npu" else rows.column("flow_id")
             yield FlowEvents(
                 "s",
                 name,
@@ -707,7 +715,7 @@ class TorchFlows(_Layer):
                 rows.column("src_tid"),
                 local(self.context, rows.column("src_ns")),
                 category,
-                rows.column("flow_id"),
+                flow_id,
                 bound_start=True,  # torch_npu's TraceEventManager puts "bp":"e" on both ends
             )
             device = pc.cast(rows.column("dst_device_id"), pa.int64())
@@ -721,9 +729,9 @@ class TorchFlows(_Layer):
                 name,
                 pc.coalesce(device_pid, rows.column("dst_pid")),
                 self._threads(rows, device, on_op),
-                local(self.context, rows.column("dst_ns")),
+                end,
                 category,
-                rows.column("flow_id"),
+                flow_id,
             )
 
     def _threads(self, rows: pa.RecordBatch, device: pa.Array, on_op: pa.Array) -> pa.Array:

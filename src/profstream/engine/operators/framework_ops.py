@@ -26,9 +26,9 @@ Rules (specs/framework_outputs.md; torch_npu ``prof_parse/_fwk_file_parser.py``,
   (id = correlation id); ``fwdbwd`` per sequence number from the latest forward op (``Fwd thread
   id`` 0) to the latest backward op, only when their threads differ (id = sequence number);
   ``async_npu`` from a torch op to each NPU kernel it launched (``correlation_id``: that of the
-  dequeue window the kernel was launched in, with the task queue; id = a running counter, as torch_npu's
-  current ``TraceEventManager`` numbers them; its versions of early 2025, which wrote the real traces in
-  shared/realdata, used the kernel's start in ns, which collides). A kernel is what torch_npu takes
+  dequeue window the kernel was launched in, with the task queue; id = a running counter, a key of
+  the table: trace_view.json writes torch_npu's id, the kernel's start in ns, which collides,
+  :class:`~profstream.engine.layouts.timeline.TorchFlows`). A kernel is what torch_npu takes
   from msprof's HostToDevice flow ends (:mod:`~profstream.engine.operators.launches`): a device task
   with a compute op name that is not an HCCL task, a MEMCPY_ASYNC task, or a communication op (from
   ``comm@<d>``, its flow ending at the op's start on its group's thread: ``dst_tid`` null,
