@@ -265,6 +265,29 @@ def test_async_npu_with_task_queue_follows_the_dequeue_window() -> None:
     assert (entry["kernels_without_op"], entry["tasks_without_launch"]) == (2, 1)
 
 
+def test_async_npu_takes_the_dequeue_window_that_ends_first() -> None:
+    """torch_npu's cursor walks the dequeue events in the order their end marks come
+    (``FwkCANNRelationParser.combine_kernel_dict`` over ``get_dequeue_data``): of two overlapping
+    windows of two dequeue threads, a launch inside both goes to the one ending first, corr 8 here,
+    whose enqueue op C starts at 50 (in start order corr 7's window, op A at 0, would come first)."""
+    marks = sorted(
+        [
+            *queue_event("enqueue", 7, 1, "aten::add", (10, 12)),
+            *queue_event("enqueue", 8, 2, "aten::mul", (60, 62)),
+            *queue_event("dequeue", 7, 9, "aten::add", (200, 400)),
+            *queue_event("dequeue", 8, 8, "aten::mul", (210, 300)),
+        ]
+    )
+    steps: list[Step] = [
+        (OPS, op_range([("A", 0, 40, 1), ("C", 50, 90, 2)])),
+        (MARKS, op_mark(marks)),
+        (at("tasks", 0), tasks([(0, 2, 1000, 250), (0, 2, 1100, 350)])),
+    ]
+    out = drive(FrameworkOps([0]), steps)
+    npu = [f for f in out["flows"] if f["kind"] == "async_npu"]
+    assert brief(npu, "src_tid", "src_ns", "dst_ns", "correlation_id") == [(2, 50, 1000, 8), (1, 0, 1100, 7)]
+
+
 def test_without_flows_the_ops_are_the_same_and_no_flow_state_is_kept() -> None:
     """PTA memory's plan wants ops alone: FrameworkOps(flows=False) makes the same ops, no flows,
     and keeps no enqueue, dequeue, live-op or forward-op state for them."""

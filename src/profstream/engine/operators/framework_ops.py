@@ -34,9 +34,12 @@ Rules (specs/framework_outputs.md; torch_npu ``prof_parse/_fwk_file_parser.py``,
   ``comm@<d>``, its flow ending at the op's start on its group's thread: ``dst_tid`` null,
   ``dst_group`` the group). With the task
   queue, a kernel's launch (``tasks.launch_ns``) is assigned to the dequeue window around it —
-  the first dequeue, in start order, that ends at or after the launch, if it started at or before
-  it (torch_npu's forward-only cursor; threads are not compared) — and the torch op the enqueue of
-  that correlation id was attached to links to it. Without the task queue the deepest torch op
+  the first dequeue, in end order, that ends at or after the launch, if it started at or before
+  it (torch_npu's forward-only cursor in ``FwkCANNRelationParser.combine_kernel_dict`` walks the
+  dequeue events in the order their end marks come, ``FwkFileParser.get_dequeue_data``; threads are
+  not compared, so overlapping windows of two dequeue threads go to the one ending first) — and the
+  torch op the enqueue of that correlation id was attached to links to it. Without the task queue the
+  deepest torch op
   around the launch links to it (:func:`~profstream.engine.kernels.tree.stab`). Launches come from
   the ``tasks`` table, which already carries the start of the launching node API: the host ``api``
   table adds nothing. Flow rows: a host destination has a null ``dst_device_id``; a kernel has its
@@ -678,10 +681,9 @@ class FrameworkOps(Operator):
         """pid, tid, start of the op owning the dequeue window around each launch, and the window's
         correlation id (NULL if none)."""
         deq = self._deq
-        by_start = np.argsort(deq["start"], kind="stable")
-        starts, corrs = deq["start"][by_start], deq["corr"][by_start]
-        reach = np.maximum.accumulate(deq["end"][by_start]) if starts.size else starts
-        first = np.searchsorted(reach, launch, side="left")  # the first window ending at or after it
+        by_end = np.argsort(deq["end"], kind="stable")
+        starts, corrs = deq["start"][by_end], deq["corr"][by_end]
+        first = np.searchsorted(deq["end"][by_end], launch, side="left")  # the first ending at or after it
         inside = first < starts.size
         inside[inside] = starts[first[inside]] <= launch[inside]
         window = np.where(inside, first, -1)
