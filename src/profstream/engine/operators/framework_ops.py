@@ -15,11 +15,13 @@ Rules (specs/framework_outputs.md; torch_npu ``prof_parse/_fwk_file_parser.py``,
   ``Enqueue@<op>`` for an enqueue whose correlation id a dequeue has is in neither).
 * **Op tree** (§1.6, :mod:`~profstream.engine.kernels.tree`): torch ops and enqueue events of all
   threads in start order nest by time containment (``parent_id``); an enqueue is attached to the
-  enclosing op only on the same thread (the spec's rule; the version of ``_tree_builder.py`` read
-  attaches it to any enclosing op). Dequeue events are not part of the tree. ``op_id`` counts
-  the events of every kind in the order they are emitted, which is start order. Ties at equal
-  starts: torch ops, then enqueues, then dequeues (torch_npu sorts its op list with the enqueues
-  appended, stably); among torch ops the longer first, so a parent precedes a child that starts
+  enclosing op only on the same thread (the spec's rule; every stored version of ``_tree_builder.py``
+  attaches it to any enclosing op, and the DB path's ``FwkApiDbParser``
+  ``get_torch_op_connection_ids_with_enqueue`` ignores threads too; the real traces in shared/realdata
+  fit both, no enqueue there starting inside another thread's op). Dequeue events are not part of the
+  tree. ``op_id`` counts the events of every kind in the order they are emitted, which is start order.
+  Ties at equal starts: torch ops, then enqueues, then dequeues (torch_npu sorts its op list with the
+  enqueues appended, stably); among torch ops the longer first, so a parent precedes a child that starts
   with it (torch_npu keeps file order there, which nests the parent under the child).
   ``ProfilerStep#<n>`` ops are ordinary ops here; the steps operator uses them.
 * **Flows** (§3.1): ``async_task_queue`` from each enqueue to the dequeue with its correlation id

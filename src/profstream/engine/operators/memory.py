@@ -17,7 +17,8 @@ when the MALLOC becomes final, from the ``ops`` stream:
   of the process, and falls back to the first op when none started before the record, which here
   gives no name);
 * ``empty_tensor`` and ``malloc_workspace`` ops are never the starting op; no op gives an empty name
-  (counted).
+  (counted). The real operator_memory.csv files in shared/realdata fit both readings: each PyTorch
+  row's name is the op both rules give (their threads' ops do not overlap there).
 
 ``Device Type`` is ``NPU:<id>`` with the collection's only device, else the record's device index.
 Records of the v2.1.0-5.0.rc3 layout carry no data type: a positive size is read as a MALLOC, a
