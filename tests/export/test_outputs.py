@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profstream.engine import schema
+from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput, split_by
 from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
 from profstream.engine.layouts.timeline import default_task_type
@@ -236,3 +237,35 @@ def test_split_by_gives_each_key_its_rows_and_a_dictionary_key_its_word() -> Non
     assert [(key, rows is batch) for key, rows in split_by(batch, one)] == [("10/0", True)]
     plain = pa.array([5, 5, 6, 5])
     assert [(key, rows.num_rows) for key, rows in split_by(batch, plain)] == [(5, 3), (6, 1)]
+
+
+def test_msprof_step_trace_rows_stop_after_their_own_reduce_pairs(tmp_path: Path) -> None:
+    """msprof's Python step_trace: the header has the busiest iteration's Reduce pairs, each row only
+    its own (``StepTraceViewer._reformat_step_trace_data`` appends them; ``create_csv_writer`` writes the
+    row as it is), so an iteration without reduces ends at Model ID; the importer reads such rows back."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("steps",)]
+    batch = schema.conform(
+        schema.TABLES["steps"],
+        {
+            "device_id": pa.array([0, 0], pa.int32()),
+            "kind": pa.array(["model", "model"]),
+            "model_id": pa.array([1, 1]),
+            "iteration_id": pa.array([1, 2]),
+            "start_ns": pa.array([1000, 9000]),
+            "end_ns": pa.array([8000, 15000]),
+            "fp_ns": pa.array([2000, 10000]),
+            "bp_ns": pa.array([6000, 14000]),
+            "data_aug_ns": pa.array([None, 1000]),
+            "reduce_start_ns": pa.array([[3000, 5000], []], pa.list_(pa.int64())),
+            "reduce_end_ns": pa.array([[4000, 5500], []], pa.list_(pa.int64())),
+        },
+    )
+    output.write("steps", batch)
+    [path] = output.close()
+    header, first, second = path.read_text().splitlines()
+    assert header.count("Reduce Start(us),Reduce Duration(us)") == 2
+    assert first.split(",")[9:] == ["1", "3.000\t", "1.0", "5.000\t", "0.5"]
+    assert second.split(",")[8:] == ["1.0", "1"]
+    steps = csv_tables.step_trace_batches([path], None, csv_tables.CsvOptions()).read_all()
+    assert steps["reduce_start_ns"].to_pylist() == [[3000, 5000], []]
+    assert steps["reduce_end_ns"].to_pylist() == [[4000, 5500], []]

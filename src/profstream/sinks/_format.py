@@ -15,7 +15,7 @@ Both are integer arithmetic in the numba writer (:mod:`~profstream.sinks._number
 negative values and the int64 extremes too. Floats print as Python's ``repr`` prints them (``21.0``,
 ``1e-05``, ``10000000000.0``; see :func:`float_text`); NaN and infinities have no msprof or JSON
 text and count as absent. Absent cells print a column's ``null`` text, ``N/A`` by default, as
-msprof does.
+msprof does, or are left out when it is None.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ class Column:
     name: str  #: the column of the sink's schema
     header: str | None = None  #: the display name; the column name when None
     unit: Unit = "raw"  #: ``duration_us``/``timestamp_us`` read an int64 ns column
-    null: str = NA  #: the text of an absent value
+    #: the text of an absent value; None leaves an absent cell out of its row (a JSON member out of its
+    #: object), for trailing cells that only some rows have (msprof's Python step_trace Reduce pairs)
+    null: str | None = NA
 
     @property
     def title(self) -> str:

@@ -393,7 +393,8 @@ class Template:
     ``key_sep``/``member_sep`` are the texts between a key and its value and between members (``:``
     and ``,`` for compact output, ``": "`` and ``", "`` for Python ``json.dump``'s). With
     ``line_end`` a row is a line instead: no braces and no keys, every member printed (an absent
-    value as its ``null`` text, as given), ``line_end`` after the last one.
+    value as its ``null`` text, as given, or left out with its separator when that is None),
+    ``line_end`` after the last one.
     """
 
     def __init__(
@@ -430,7 +431,7 @@ class Template:
     ) -> None:
         """One op: its kind, column and key, the texts around a present value, an absent one's text
         (None: the member is left out)."""
-        self._ops.append((kind, col, int(null is None and not self._line)))
+        self._ops.append((kind, col, int(null is None)))
         before, after = around
         for text in (key + before, after, key + (null or b"")):
             self._texts_of_ops.append(self._literal(text))
@@ -453,9 +454,10 @@ class Template:
         """A member from a column; roles ``ts``/``ts_tab``/``dur`` read int64 ns (module docstring),
         ``raw`` copies strings as they are (a CSV sink's quoted cells).
 
-        An absent value leaves the member out when ``null`` is None, else prints ``null`` (in an object
-        as a JSON number when it is one, e.g. msprof's ``0`` or ``-1``, else as a JSON string; as it is
-        in a line); a ``required`` member refuses absent values.
+        An absent value leaves the member out when ``null`` is None (in a line: the cell and its
+        separator, which keeps the columns in place only for trailing cells), else prints ``null`` (in
+        an object as a JSON number when it is one, e.g. msprof's ``0`` or ``-1``, else as a JSON string;
+        as it is in a line); a ``required`` member refuses absent values.
         ``wrap`` is the text around a present value; by default the quotes of a JSON string around
         ``ts``/``ts_tab`` (with the escaped TAB), and only the TAB of ``ts_tab`` in a line.
         """

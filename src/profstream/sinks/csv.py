@@ -116,7 +116,7 @@ class CsvSink(TableSink):
         template = Template(batch.num_rows, line_end=self.line_end)
         for column in self.columns:
             values = batch.column(column.name)
-            null = _quote(column.null, self.quote_chars)
+            null = None if column.null is None else _quote(column.null, self.quote_chars)
             if column.unit == "timestamp_us":
                 quote = '"' if self.quote_chars and "\t" in self.quote_chars else ""
                 template.member(column.name, values, role="ts_tab", null=null, wrap=(quote, "\t" + quote))

@@ -1,9 +1,10 @@
 """CSV exports (torch_npu ``ASCEND_PROFILER_OUTPUT/*.csv``, msprof ``*_<timestamp>.csv``) as batches.
 
-Each file is read with ``pyarrow.csv.open_csv`` (a streaming reader: one block at a time), every
-column as text, and converted here: times and durations are decimal µs turned into int64 ns
-digit for digit (:func:`~profstream.engine.kernels.text.parse_decimal`; a trailing TAB, which msprof
-prints after start times, is ignored), ``N/A`` and empty cells become null (``Context ID`` ``N/A``
+Each file is read with ``pyarrow.csv.open_csv`` (a streaming reader: one block at a time; msprof's
+step_trace, whose rows may stop early, with :mod:`csv`), every column as text, and converted here:
+times and durations are decimal µs turned into int64 ns digit for digit
+(:func:`~profstream.engine.kernels.text.parse_decimal`; a trailing TAB, which msprof prints after
+start times, is ignored), ``N/A`` and empty cells become null (``Context ID`` ``N/A``
 becomes :data:`~profstream.engine.schema.NO_ID`, as in the tasks schema), and the quotes msprof
 wraps around shapes (``"32,3,224,224"``) are removed.
 
@@ -131,6 +132,36 @@ def read_text_batches(
             log.warning(
                 events.RECORDS_DROPPED, count=len(invalid), reason="wrong number of fields", stage="import"
             )
+
+
+def read_ragged_batches(
+    paths: Sequence[Path], fewest: int, on_invalid: OnInvalid = "error"
+) -> Iterator[pa.RecordBatch]:
+    """:func:`read_text_batches` for a small file whose rows may stop early: a row of at least
+    ``fewest`` fields and at most the header's is padded with ``N/A`` (msprof's Python step_trace
+    writes each iteration's own Reduce pairs only). One batch per file, read with :mod:`csv`."""
+    names = _unique(read_header(paths[0])) if paths else []
+    for path in paths:
+        rows: list[list[str]] = []
+        invalid: list[int] = []
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            for number, row in enumerate(csv.reader(f)):
+                if number == 0:
+                    continue
+                if not fewest <= len(row) <= len(names):
+                    if on_invalid != "skip":
+                        msg = f"expected CSV rows of {fewest} to {len(names)} fields, got {len(row)}"
+                        raise DecodeError(msg, path=path, record_index=number)
+                    invalid.append(number)
+                    continue
+                rows.append(row + ["N/A"] * (len(names) - len(row)))
+        if invalid:
+            log = events.get_logger(component="imports", file=str(path))
+            log.warning(
+                events.RECORDS_DROPPED, count=len(invalid), reason="wrong number of fields", stage="import"
+            )
+        columns = [pa.array([row[k] for row in rows], pa.string()) for k in range(len(names))]
+        yield pa.RecordBatch.from_arrays(columns, names=names)
 
 
 def _text(column: pa.Array) -> pa.Array:
@@ -320,7 +351,8 @@ def step_trace_batches(
     """msprof step_trace_*.csv (msprof_outputs.md §2.4) as ``steps`` batches of kind ``model``.
 
     An iteration spans ``[Iteration End - Iteration Time, Iteration End]``; each ``Reduce Start`` /
-    ``Reduce Duration`` pair becomes one element of the reduce lists (an ``N/A`` pair is skipped).
+    ``Reduce Duration`` pair becomes one element of the reduce lists (an ``N/A`` pair, or one the row
+    stops before, is skipped: :func:`read_ragged_batches`).
     """
     out_schema = schema.TABLES["steps"]
     header = _unique(read_header(paths[0]))
@@ -356,7 +388,14 @@ def step_trace_batches(
         )
         return schema.conform(out_schema, values)
 
-    return _reader(out_schema, paths, convert, options)
+    fewest = len(header) - 2 * len(reduce_pairs)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for batch in read_ragged_batches(paths, fewest, options.on_invalid):
+            if batch.num_rows:
+                yield convert(batch)
+
+    return pa.RecordBatchReader.from_batches(out_schema, batches())
 
 
 def _lists(columns: Sequence[pa.Array], rows: int) -> pa.Array:

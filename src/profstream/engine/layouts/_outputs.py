@@ -80,7 +80,7 @@ class Cell:
     header: str
     source: Source
     unit: Unit = "raw"
-    null: str = "N/A"
+    null: str | None = "N/A"  #: None: an absent value's cell is left out (trailing cells only)
     wall: bool = False  #: a host-monotonic time printed on the local wall clock (msprof_outputs.md §3.5)
 
     def values(self, batch: pa.RecordBatch, wall_offset_ns: int) -> pa.Array:
@@ -93,7 +93,7 @@ class Cell:
         return values
 
 
-def stamp(header: str, source: Source, null: str = "N/A") -> Cell:
+def stamp(header: str, source: Source, null: str | None = "N/A") -> Cell:
     """A timestamp cell: local wall-clock µs, three decimals and msprof's trailing TAB."""
     return Cell(header, source, "timestamp_us", null, wall=True)
 

@@ -37,7 +37,13 @@ Choices where the spec leaves room:
 * communication_statistic is not written for a device none of whose communication ops has a type
   (:func:`communication_statistic_rows`), as msprof writes none then.
 * step_trace spools its rows (one per iteration) until close and reads them back at once there,
-  because the number of Reduce column pairs is the largest count in any iteration (§2.4).
+  because the number of Reduce column pairs is the largest count in any iteration (§2.4). A row
+  with fewer Reduce pairs ends after its own: msprof's Python appends each iteration's pairs to its
+  row and writes the rows as they are (``StepTraceViewer._reformat_step_trace_data``,
+  ``msvp_common.create_csv_writer``; in ``--format json`` the missing keys are absent, as
+  ``create_json`` zips the header with the shorter row). The C++ path pads such a row with one
+  ``N/A`` per missing pair (``SummaryStepTraceAssembler::AssembleStepTraceData``); that is not
+  reproduced.
 * operator_memory lists each device's rows in the order msprof's Python calculator appends them: at
   each release, then the allocations never released (the ``memory`` table's GE order,
   :mod:`~profstream.engine.operators.memory`). A release whose allocation was not captured is a row
@@ -500,7 +506,8 @@ def device_type(batch: pa.RecordBatch) -> pa.Array:
 
 
 class StepTraceCsv(SummaryOutput):
-    """step_trace_{ts}: one row per iteration, with as many Reduce pairs as the busiest iteration (§2.4)."""
+    """step_trace_{ts}: one row per iteration, a header with as many Reduce pairs as the busiest
+    iteration (§2.4), each row with its own pairs only (module docstring)."""
 
     def __init__(self, context: Context, fmt: Format) -> None:
         suffix = f".{fmt}"
@@ -545,8 +552,10 @@ class StepTraceCsv(SummaryOutput):
         ]
         for k in range(pairs):
             self.cells += [
-                stamp("Reduce Start(us)", functools.partial(_reduce, k=k, which="start")),
-                Cell("Reduce Duration(us)", functools.partial(_reduce_duration, k=k), "duration_us"),
+                stamp("Reduce Start(us)", functools.partial(_reduce, k=k, which="start"), null=None),
+                Cell(
+                    "Reduce Duration(us)", functools.partial(_reduce_duration, k=k), "duration_us", null=None
+                ),
             ]
         yield from table.combine_chunks().to_batches()
 
