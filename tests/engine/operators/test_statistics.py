@@ -254,7 +254,9 @@ def _api(rows: list[tuple[str, str, str | None, int, int]]) -> pa.RecordBatch:
 
 
 def test_api_statistic_by_hand() -> None:
-    """§4e: µs rounded to 3 decimals, Avg rounded, population variance against the rounded Avg."""
+    """§4e, msprof's Python path (``ApiStatisticViewer._api_statistic_reformat``): µs rounded to 3
+    decimals, Avg rounded, population variance against the rounded Avg; rows by API name, then level
+    name."""
     batch = _api(
         [
             ("acl", "aclrtMemcpy", "ignored", 0, 1000),
@@ -271,8 +273,8 @@ def test_api_statistic_by_hand() -> None:
         ("hccl", "Launch_Ffts"),
         ("acl", "aclrtMemcpy"),
         ("communication", "hcom_allReduce_1"),
-        ("runtime", "launch"),  # same name: level 5000 before 10000
-        ("node", "launch"),
+        ("node", "launch"),  # same name: by level name, as msprof's Python returns them
+        ("runtime", "launch"),
     ]
     memcpy = rows[1]
     assert (memcpy["total_us"], memcpy["count"], memcpy["min_us"], memcpy["max_us"]) == (7.0, 3, 1.0, 4.0)

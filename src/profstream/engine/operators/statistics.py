@@ -27,17 +27,26 @@ Choices where msprof is unclear or its implementations differ:
 * api_statistic: the API name is the ``name`` column for the ``acl`` and ``communication`` levels
   and the ``struct_type`` column for the others (``ApiProcessor::FormatData``: ``id`` for acl,
   item id for HCCL node level, struct type otherwise), falling back to ``name`` when the struct
-  type is null. Rows sort by (API name, level number) ascending (``DataKey::operator<``; runtime
-  5000, communication 5500, node 10000, model 15000, acl 20000; other levels after those, by
-  name). Values are msprof's µs: durations of whole ns are exact at 3 decimals, so sums, minima
-  and maxima are exact; ``Avg`` is
-  rounded to 3 decimals (half away from zero, as C++ ``round``) and ``Variance`` is the population
-  variance against that rounded average, computed exactly from integer sums and then rounded to 3
-  decimals as the C++ does.
+  type is null. Rows and values follow msprof's Python path, as the msprof layout does
+  (``viewer/api_statistic_viewer.py`` ``ApiStatisticViewer._api_statistic_reformat``): rows sort by
+  (API name, level name), the order its query returns them in; the C++ path sorts a name's levels
+  by level number (``DataKey::operator<``). Values are msprof's µs: durations of whole ns are
+  exact at 3 decimals, so sums, minima and maxima are exact; ``Avg`` is Python's
+  ``round(Time / Count, 3)`` and ``Variance`` the population variance against that Avg, from exact
+  integer sums, then ``round(..., 3)``. msprof's Python rounds each squared deviation to 3 decimals
+  before summing, which needs every duration held until the end of the run (it keeps them all);
+  that is not reproduced, so the group keeps O(1) state, as the C++ path sums unrounded
+  (``ApiStatisticAssembler::GenerateApiStatistic``). The two differ by less than 0.0005 before the
+  final rounding, so a printed Variance can differ from the Python one by 0.001 at most.
 * Collection-start filters are constructor arguments (``start_ns``): op_statistic keeps tasks that
   start after it (msprof's Python: ``start_time > S``, ``OpCounterOpSceneCalculator._get_op_report_sql``),
-  api_statistic APIs that end at or after it (``FilterDataByStartTime`` in ``api_processor.cpp``),
-  communication_statistic ops that start at or after it.
+  api_statistic APIs that end at or after it (``FilterDataByStartTime`` in ``api_processor.cpp``; the
+  plan gives it none, as msprof's Python all-export filters nothing:
+  ``MsprofIteration.get_condition_within_iteration`` is empty), communication_statistic ops that
+  start at or after it. msprof (``HcclCalculator._get_hccl_op_report_data``; C++ alike) filters the
+  op's master-stream *tasks* instead (timestamp >= S) and spans an op over the tasks it kept, so an
+  op running across S counts there, from its first task at or after S; here it is left out (a
+  ``comm`` row keeps only its whole span). Only an op in flight at the collection start differs.
 * Task Wait Time restarts at 0 on each device (msprof's Python writes one table per device); the
   C++ reads code as not resetting at device boundaries (§2.1), which only matters when one file
   holds several devices.
@@ -48,7 +57,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 import numpy as np
@@ -67,19 +75,10 @@ COMMUNICATION_TASK_TYPES = frozenset({"COMMUNICATION", "HCCL_AI_CPU", "HCCL"})
 #: groups dropped from op_statistic rows but counted in the ratio denominator
 HIDDEN_OP_TYPES = frozenset({"N/A"})
 HIDDEN_CORE_TYPES = frozenset({"WRITE_BACK", "INVALID"})
-#: msprof's API level numbers (``API_LEVEL_TABLE``, specs/msprof_outputs.md §2.5)
-API_LEVELS: Mapping[str, int] = {
-    "acl": 20000,
-    "model": 15000,
-    "node": 10000,
-    "communication": 5500,
-    "runtime": 5000,
-}
 #: API levels whose API name is the ``name`` column (the others use ``struct_type``)
 NAMED_LEVELS = frozenset({"acl", "communication"})
 
 Key = tuple[str | None, ...]
-_ROUND_3 = Decimal("0.001")
 
 
 @dataclass(slots=True)
@@ -388,28 +387,24 @@ class ApiStatistic(_Aggregate):
         columns: dict[str, list[Any]] = {name: [] for name in ("level", "name", "total_us", "count")}
         columns |= {name: [] for name in ("avg_us", "min_us", "max_us", "variance")}
         for (level, name), s in rows:
-            avg_ns = int(_round(Decimal(s.total) / s.count, Decimal(1)))  # Avg(us) to 3 decimals
+            avg_us = round(round(s.total / 1000, 3) / s.count, 3)
+            avg_ns = round(avg_us * 1000)  # whole ns: Avg has 3 decimals
             spread = s.squares - 2 * avg_ns * s.total + s.count * avg_ns * avg_ns  # Σ(d - avg)², ns²
             columns["level"].append(level)
             columns["name"].append(name)
             columns["total_us"].append(s.total / 1000)
             columns["count"].append(s.count)
-            columns["avg_us"].append(avg_ns / 1000)
+            columns["avg_us"].append(avg_us)
             columns["min_us"].append(s.low / 1000)
             columns["max_us"].append(s.high / 1000)
-            columns["variance"].append(float(_round(Decimal(spread) / s.count / 1_000_000, _ROUND_3)))
+            columns["variance"].append(round(spread / s.count / 1_000_000, 3))
         return schema.conform(schema.TABLES["api_statistic"], columns)
 
 
-def _round(value: Decimal, quantum: Decimal) -> Decimal:
-    return value.quantize(quantum, rounding=ROUND_HALF_UP)
-
-
-def _api_order(key: Key) -> tuple[str, bool, int, str]:
-    """msprof's (API name, level number) order; unknown levels after the known ones."""
+def _api_order(key: Key) -> tuple[str, str]:
+    """msprof's Python order: API name, then level name."""
     level, name = key
-    number = API_LEVELS.get(level or "")
-    return (name or "", number is None, number or 0, level or "")
+    return (name or "", level or "")
 
 
 class TaskWaitTime:
