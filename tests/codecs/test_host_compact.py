@@ -47,23 +47,24 @@ def _bools(cols: dict[str, Any]) -> dict[str, Any]:
     return {**cols, "relay": cols["relay"].astype(bool), "retry": cols["retry"].astype(bool)}
 
 
+TASK_TRACK_FIELDS = {
+    "device_id": (U16, 0xFFF),
+    "dev_type": (U8, 0xF),
+    "stream_id": (U16, None),
+    "task_id": (U16, None),
+    "batch_id": (U16, None),
+    "task_type": (U64, None),
+    "kernel_name_hash": (U64, None),
+    "num_blocks": (U16, None),
+    "args_size": (U16, None),
+    "ratio": (U8, 7),
+    "sched_mode": (U8, 3),
+}
+
 PAYLOADS: dict[str, tuple[dict[str, tuple[Any, int | None]], Callable[[dict[str, Any]], dict[str, Any]]]] = {
-    "task_track": (
-        {
-            "device_id": (U16, 0xFFF),
-            "dev_type": (U8, 0xF),
-            "stream_id": (U16, None),
-            "task_id": (U16, None),
-            "batch_id": (U16, None),
-            "task_type": (U64, None),
-            "kernel_name_hash": (U64, None),
-            "num_blocks": (U16, None),
-            "args_size": (U16, None),
-            "ratio": (U8, 7),
-            "sched_mode": (U8, 3),
-        },
-        _task_track,
-    ),
+    "task_track": (TASK_TRACK_FIELDS, _task_track),
+    # V2: the same columns, 32-bit stream ids and types
+    "task_track_v2": ({**TASK_TRACK_FIELDS, "stream_id": (U32, None), "task_type": (U32, None)}, _task_track),
     "node_basic_info": (
         {
             "op_name_hash": (U64, None),
@@ -150,6 +151,24 @@ def test_task_track_layout() -> None:
     assert row["task_type"] == 98
     assert row["kernel_name_hash"] == 0x1122334455667788
     assert (row["num_blocks"], row["args_size"], row["ratio"], row["sched_mode"]) == (40, 256, 5, 2)
+
+
+def test_task_track_v2_layout() -> None:
+    """MsprofRuntimeTrackV2: 24 device word, 26 reserved, 28 stream u32, 32 task word, 36 type u32, 40
+    kernel, 48 extInfo; the columns are task_track's."""
+    raw = host_record(64)
+    put(raw, 24, "HHIIIQ", (1 << 12) | 0x7AB, 0xFFFF, 70000, (3 << 16) | 65000, 98, 0x1122334455667788)
+    put(raw, 48, "HHB", 40, 256, (2 << 3) | 5)
+    row = decode_one(get_codec("task_track_v2"), raw)
+    assert_header(row)
+    assert (row["device_id"], row["dev_type"]) == (0x7AB, compact.DEV_TYPE_DPU)
+    assert row["stream_id"] == 70000  # above a V1 stream id's 16 bits
+    assert (row["task_id"], row["batch_id"]) == (65000, 3)
+    assert row["task_id_raw"] == (3 << 16) | 65000  # the task id on V6 chips (batch id 0)
+    assert row["task_type"] == 98
+    assert row["kernel_name_hash"] == 0x1122334455667788
+    assert (row["num_blocks"], row["args_size"], row["ratio"], row["sched_mode"]) == (40, 256, 5, 2)
+    assert get_codec("task_track_v2").schema.names == get_codec("task_track").schema.names
 
 
 def test_node_basic_info_layout() -> None:
@@ -296,6 +315,7 @@ def test_partial_record_is_not_consumed() -> None:
 
 KINDS = [
     "task_track",
+    "task_track_v2",
     "node_basic_info",
     "node_attr_info",
     "memcpy_info",
@@ -337,7 +357,7 @@ def test_legacy_task_track_names(name: str, dev: str) -> None:
     "name",
     [
         "aging.compact.task_track.slice_0.done",
-        "aging.compact.task_track_v2.slice_0",
+        "aging.compact.capture_stream_info_v2.slice_0",
         "stale.compact.task_track.slice_0",
         "R|untime.task_track.0.slice_0",
     ],

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -331,6 +332,55 @@ def test_summaries_do_not_depend_on_where_the_stages_advance(
         files[name] = {re.sub(r"_\d{14}", "", p.relative_to(out).as_posix()): p.read_bytes() for p in written}
     assert len(files["default"]) > 5
     assert files["default"] == files["every"]
+
+
+def _summaries(raw: Path, layout: str, out: Path) -> dict[str, bytes]:
+    """The summary files of an export, by path without msprof's export time."""
+    export(raw, kind="summary", layout=layout, output=out)  # type: ignore[arg-type]
+    written = (p for p in sorted(out.rglob("*")) if p.suffix in (".csv", ".json"))
+    return {re.sub(r"_\d{14}", "", p.relative_to(out).as_posix()): p.read_bytes() for p in written}
+
+
+def _as_task_track_v2(v1: bytes) -> bytes:
+    """task_track records moved by hand into MsprofRuntimeTrackV2's layout (msprof ``prof_struct.h``):
+    header and device word stay, the u16 stream id at 26 becomes a u32 at 28, the task word moves from
+    28 to 32, the u64 type at 32 becomes a u32 at 36; kernel name and extInfo stay at 40."""
+    old = np.frombuffer(v1, np.uint8).reshape(-1, 64)
+    assert not old[:, 36:40].any()  # the types fit 32 bits
+    new = np.zeros_like(old)
+    new[:, :26], new[:, 28:30], new[:, 32:40], new[:, 40:] = (
+        old[:, :26],
+        old[:, 26:28],
+        old[:, 28:36],
+        old[:, 40:],
+    )
+    return new.tobytes()
+
+
+@pytest.mark.parametrize("layout", ["msprof", "torch_npu"])
+def test_task_track_v2_files_give_the_summaries_of_their_v1_records(
+    layout: str, torch_run: Run, tmp_path: Path
+) -> None:
+    """A host with task_track_v2 files and no task_track file exports as its V1 twin does; next to a V1
+    file (even of the other aging group) V2 files are not read, as msprof's TaskTrackParser chooses."""
+    only_v2, both = tmp_path / "v2", tmp_path / "both"
+    shutil.copytree(torch_run.raw, only_v2)
+    shutil.copytree(torch_run.raw, both)
+    tracks = sorted(only_v2.rglob("host/data/*.compact.task_track.slice_*[0-9]"))
+    assert tracks
+    for track in tracks:
+        track.with_name(track.name.replace("task_track", "task_track_v2")).write_bytes(
+            _as_task_track_v2(track.read_bytes())
+        )
+        track.unlink()
+    [host_data] = {t.parent for t in both.rglob("host/data/*.compact.task_track.slice_*[0-9]")}
+    assert not list(host_data.glob("unaging.compact.task_track.*"))
+    (host_data / "unaging.compact.task_track_v2.slice_0").write_bytes(bytes(64))  # bad magic: fails if read
+
+    expected = _summaries(torch_run.raw, layout, tmp_path / "out_v1")
+    assert len(expected) > 5
+    assert _summaries(only_v2, layout, tmp_path / "out_v2") == expected
+    assert _summaries(both, layout, tmp_path / "out_both") == expected
 
 
 def test_parquet_layout_reads_the_same_in_pyarrow_duckdb_and_polars(graph_run: Run) -> None:

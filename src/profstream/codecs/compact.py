@@ -15,6 +15,16 @@ and a 40-byte payload whose meaning the file name gives. Payloads ([MSP]
   where the batch id is 0); encode builds the word from ``task_id`` and ``batch_id``. The SIMT
   variant of extInfo (a union in the header) cannot be told apart in the data and is not decoded;
   files older than the kernelName/extInfo fields hold zeros or garbage there (§2.8 note).
+- ``task_track_v2`` (``MsprofRuntimeTrackV2``, [MSP] ``prof_struct.h``; Python ``TASK_TRACK_V2_FMT
+  "HHIIIQHHIHHIQ"`` + 16 B, ``TaskTrackV2Bean``): task_track with wider stream ids and a narrower
+  type: 24 u16 device word (as task_track), 26 two reserved bytes, 28 u32 ``stream_id``, 32 u32 task
+  word (exposed as in task_track), 36 u32 ``task_type``, 40 u64 ``kernel_name_hash``, 48 the same
+  extInfo. Its columns are task_track's, in the same order (``stream_id`` u32 and ``task_type`` u32
+  here), so the engine reads it as the ``task_track`` feed. msprof reads V2 only when the collection's
+  host has no V1 task_track file in either aging group (Python ``TaskTrackParser.parse_task_track``,
+  ``analysis/msparser/compact_info/task_track_parser.py``; C++ ``TaskTrackParser`` in
+  ``compact_info_parser.h``, ``filePrefix_`` checked before ``filePrefixV2_``); that choice is the
+  planner's (:mod:`profstream.engine.plan`).
 - ``node_basic_info`` (``MsprofNodeBasicInfo``, pack 1): 24 u64 ``op_name_hash``, 32 u32
   ``task_type`` (GeTaskType, :data:`GE_TASK_TYPES`), 36 u64 ``op_type_hash``, 44 u32 block word
   (``block_dim`` low 16 bits, ``mix_ratio`` high 16 bits, and the derived ``mix_block_dim =
@@ -59,14 +69,8 @@ model form is a u32 ``modelId`` at 48, which msprof's Python reads (``TaskTrackB
 MODEL_EXECUTE / MODEL_WAIT_COMPLETE tasks and which equals ``num_blocks | args_size << 16``; the
 event and notify forms hold a u64 key at 48.
 
-Not covered: ``task_track_v2`` / ``capture_stream_info_v2`` files of msprof builds newer than the
-spec (their names do not match these patterns, so they are left alone rather than misread).
-``MsprofRuntimeTrackV2`` (``prof_struct.h``; Python ``TASK_TRACK_V2_FMT "HHIIIQHHIHHIQ"+16B``,
-``TaskTrackV2Bean``): 24 u16 device word (as V1), 26 u16 reserved, 28 u32 ``streamId``, 32 u32
-task word (low 16 task id, high 16 batch id; V6: the whole u32), 36 u32 ``taskType``, 40 u64
-``kernelName``, 48 the same 16-byte extInfo union. msprof reads V2 only when a collection has no
-V1 task_track file (``TaskTrackParser`` in ``analysis/msparser/compact_info/task_track_parser.py``
-and in the C++ ``compact_info_parser.h``: V1 first).
+Not covered: ``capture_stream_info_v2`` files of msprof builds newer than the spec (their names do
+not match these patterns, so they are left alone rather than misread).
 """
 
 from __future__ import annotations
@@ -118,6 +122,20 @@ RUNTIME_TRACK_TAG = 41  # MSPROF_RUNTIME_DATA_TAG_TRACK
 _DEVICE = bit_fields("device", Bits("device_id", 0, 12, "u2"), Bits("dev_type", 12, 4, "u1"))
 _TASK = bit_fields("task_id_raw", Bits("task_id", 0, 16, "u2"), Bits("batch_id", 16, 16, "u2"), raw=True)
 
+#: what task_track and task_track_v2 share after the type: the kernel name and extInfo (kernel form)
+_KERNEL_INFO = [
+    ("kernel_name_hash", "<u8"),
+    ("num_blocks", "<u2"),
+    ("args_size", "<u2"),
+    ("kernel_flags", "u1"),
+    ("_ext_rsv", "V11"),
+]
+_TRACK_FIELDS = {
+    "device": _DEVICE,
+    "task_id_raw": _TASK,
+    "kernel_flags": bit_fields("kernel_flags", Bits("ratio", 0, 3, "u1"), Bits("sched_mode", 3, 2, "u1")),
+}
+
 TASK_TRACK = HostRecord(
     "task_track",
     host_dtype(
@@ -126,19 +144,27 @@ TASK_TRACK = HostRecord(
             ("stream_id", "<u2"),
             ("task_id_raw", "<u4"),
             ("task_type", "<u8"),
-            ("kernel_name_hash", "<u8"),
-            ("num_blocks", "<u2"),
-            ("args_size", "<u2"),
-            ("kernel_flags", "u1"),
-            ("_rsv", "V11"),
+            *_KERNEL_INFO,
         ],
         RECORD_SIZE,
     ),
-    {
-        "device": _DEVICE,
-        "task_id_raw": _TASK,
-        "kernel_flags": bit_fields("kernel_flags", Bits("ratio", 0, 3, "u1"), Bits("sched_mode", 3, 2, "u1")),
-    },
+    _TRACK_FIELDS,
+)
+
+TASK_TRACK_V2 = HostRecord(
+    "task_track_v2",
+    host_dtype(
+        [
+            ("device", "<u2"),
+            ("_rsv", "V2"),
+            ("stream_id", "<u4"),
+            ("task_id_raw", "<u4"),
+            ("task_type", "<u4"),
+            *_KERNEL_INFO,
+        ],
+        RECORD_SIZE,
+    ),
+    _TRACK_FIELDS,
 )
 
 _BLOCK = bit_fields("block_num", Bits("block_dim", 0, 16, "u2"), Bits("mix_ratio", 16, 16, "u2"))
@@ -305,6 +331,7 @@ def _compact(record: HostRecord, description: str) -> Codec:
 
 CODECS = (
     _compact(TASK_TRACK, "host runtime task launches (MsprofRuntimeTrack)"),
+    _compact(TASK_TRACK_V2, "host runtime task launches, 32-bit stream ids (MsprofRuntimeTrackV2)"),
     _compact(NODE_BASIC_INFO, "host op basic info: name, type, block dim (MsprofNodeBasicInfo)"),
     _compact(NODE_ATTR_INFO, "host op attribute hashes (MsprofAttrInfo)"),
     _compact(MEMCPY_INFO, "host memcpy sizes and directions (MsprofMemcpyInfo)"),

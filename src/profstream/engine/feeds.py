@@ -82,6 +82,7 @@ TIME_SPECS: dict[str, TimeSpec] = {
         f: _spec("time_ns", _HOST_TS)
         for f in (
             "task_track",
+            "task_track_v2",
             "runtime_track",
             "node_basic_info",
             "node_attr_info",

@@ -32,6 +32,10 @@ An export may run the first stage, task pairing, API events and step tags, in a 
 (:meth:`Planner.front`), whose streams the rest of the pipeline reads as feeds; and the last stage, the
 operators only its outputs read (:meth:`Planner.last_stage`), in its writer, on the rest's streams.
 
+The ``task_track`` feed reads the host's ``task_track_v2`` records when it has no ``task_track`` file in
+either aging group, and only then, as msprof's ``TaskTrackParser`` (Python and C++) does
+(:mod:`profstream.codecs.compact`).
+
 Per-step sums (``step_time``) use framework steps when the collection has torch_npu data, else
 the 60000/60001 step markers, else model iterations.
 """
@@ -111,6 +115,8 @@ _PMU = ("aicore", "aiv", "ffts_profile")
 _TIMELESS_LEADER = {"aicore": "hwts", "aiv": "hwts_aiv"}
 _HBM = ("hbm", "hbm_v2")
 _HOST_FEEDS = ("api_event", "task_track", "hccl_info", "hccl_op_info", "task_memory_info")
+#: a host feed's newer family, read only when the host has no file of the feed's own family
+_NEWER_FAMILY = {"task_track": "task_track_v2"}
 #: unaging (static) and aging (dynamic) node info, merged into one time order by the feed
 _STREAMED_NODE_INFO = ("node_basic_info", "tensor_info")
 _FRAMEWORK_FEEDS = (
@@ -180,9 +186,10 @@ class Planner:
     def _feed_specs(self) -> dict[str, _FeedSpec]:
         specs: dict[str, _FeedSpec] = {}
         fs, host, framework = self.feedset, self.collection.host, self.collection.framework
-        for family in _HOST_FEEDS:
-            if host is not None and fs.has(host, family):
-                specs[family] = _FeedSpec(host, family)
+        for name in _HOST_FEEDS:
+            family = next((f for f in (name, _NEWER_FAMILY.get(name)) if f and fs.has(host, f)), None)
+            if host is not None and family is not None:
+                specs[name] = _FeedSpec(host, family)
         for family in _STREAMED_NODE_INFO:
             if host is not None and fs.has(host, family):
                 specs[family] = _FeedSpec(host, family)
