@@ -214,14 +214,15 @@ def test_pipe_utilization_ratios_icache_and_memory_bound() -> None:
         ),
     )
     assert got["total_cycles"].tolist() == [1000, 0, 1000]
-    assert got["vec_ratio"].tolist() == [0.1, 0.0, 0.1]  # 0 without cycles
+    # no cycles: the Python path keeps the raw count (CalculateAiCoreData._cal_pmu_metrics)
+    assert got["vec_ratio"].tolist() == [0.1, 1.0, 0.1]
     assert got["mac_ratio"][0] == 0.2 and got["mte3_ratio"][0] == 0.6
     assert got["icache_miss_rate"][0] == 0.1  # r55 / r54
-    # r54 = 0: the Python path keeps r55 / cycles (0 without cycles)
-    assert got["icache_miss_rate"][1:].tolist() == [0.0, 0.007]
+    # r54 = 0: the Python path keeps r55 / cycles (the raw r55 without cycles)
+    assert got["icache_miss_rate"][1:].tolist() == [7.0, 0.007]
     assert got["memory_bound"][0] == pytest.approx(0.5 / 0.2)  # mte2 / max(mac, vec)
     # msprof's Python add_mem_bound: 0 when max(vec, mac) is 0; a zero mac alone does not matter
-    assert got["memory_bound"][1:].tolist() == [0.0, 0.0]
+    assert got["memory_bound"][1:].tolist() == [1.0, 0.0]  # raw counts 1 / max(1, 1) without cycles
     assert np.isnan(got["vec_time"]).all() and np.isnan(got["aicore_time"]).all()  # host side
 
 
@@ -290,7 +291,10 @@ def test_bandwidths_python_and_cpp_constants() -> None:
     )
     assert ub["ub_read_bw_scalar"][0] == pytest.approx(1000.0)  # 128 x 1
     assert ub["ub_read_bw_vector"][0] == pytest.approx(1000.0)  # 128 x 2
-    assert values(python, counters(aic=[[0, 5]]))["ub_read_bw"][0] == 0.0  # no cycles
+    # no cycles: the raw count in Python (_cal_pmu_metrics skips the formula), 0 in C++
+    assert values(python, counters(aic=[[0, 5]]))["ub_read_bw"][0] == 5.0
+    no_cycles = values(cpp, counters(aic=[[0, 0, 0, 5]], aiv=[[0, 5]]))  # aic r31, aiv r15
+    assert no_cycles["aic_l1_read_bw"][0] == 0.0 and no_cycles["aiv_ub_read_bw"][0] == 0.0
 
 
 def test_conflicts_l2_cache_memory_access_custom() -> None:
@@ -385,7 +389,9 @@ def test_finish_metrics_python_path() -> None:
     out = pmu.finish_metrics(batch, layout)
     # 1_600_000 cycles at 800 MHz = 2000 µs over 64 blocks, 2 waves of 32 cores: 62.5 µs
     time = out.column("aicore_time").to_pylist()
-    assert time[0] == 62.5 and time[1] is None  # no block dim, no time
+    # no block dim: 0, as Utils.cal_total_time returns when block_num is 0 (no GE task)
+    assert time[0] == 62.5 and time[1] == 0.0
+    assert out.column("vec_time").to_pylist()[1] == 0.0
     assert time[2] == round(1000 / 800 / 3 * 1, 2)  # Python rounds to 2 decimals
     assert out.column("vec_time").to_pylist()[0] == 62.5 * 0.25
     assert out.column("mac_time").to_pylist()[0] is None  # no ratio
@@ -415,3 +421,39 @@ def test_finish_metrics_v4_mix_uses_mix_block_dim_on_the_secondary_side() -> Non
     assert aic[1] == pytest.approx(2.0) and aiv[1] == pytest.approx(2.0)
     assert out.column("aiv_vec_time").to_pylist()[0] == pytest.approx(1.0)
     assert not math.isnan(aic[0])
+
+
+def test_finish_metrics_without_block_dim_or_counters() -> None:
+    layout = pmu.build_layout(
+        "PipeUtilization", V4, aic_events=EXCT, aiv_events=PIPE, freq_mhz=1000, ai_core_num=24, aiv_num=48
+    )
+    batch = _joined(
+        layout,
+        {"aic_total_cycles": [48_000, None], "aic_mac_ratio": [0.5, None]},
+        block_dim=[0, 24],
+        mix_block_dim=[0, 0],
+        task_type=["AI_CORE", "AI_CORE"],
+    )
+    out = pmu.finish_metrics(batch, layout)
+    # C++ CalculatorTotalTime: 0 when the block num is 0; a task without PMU counters stays null
+    assert out.column("aicore_time").to_pylist() == [0.0, None]
+    assert out.column("aic_mac_time").to_pylist() == [0.0, None]
+
+
+def test_finish_metrics_v4_custom_rounds_time_as_python() -> None:
+    # Custom: on CHIP_V4_1_0 is computed by msprof's Python FftsPmuCalculator: Utils.cal_total_time rounds
+    # 1000 cycles / 1000 MHz / 3 blocks = 0.3333 µs to 0.33
+    layout = pmu.build_layout(
+        "Custom:0x1b,0x3", V4, aic_events=(0x1B, 0x3), aiv_events=(0x1B, 0x3), freq_mhz=1000, ai_core_num=24
+    )
+    batch = _joined(
+        layout, {"aic_total_cycles": [1000]}, block_dim=[3], mix_block_dim=[0], task_type=["AI_CORE"]
+    )
+    assert pmu.finish_metrics(batch, layout).column("aicore_time").to_pylist() == [0.33]
+    pipe = pmu.build_layout(
+        "PipeUtilization", V4, aic_events=PIPE, aiv_events=PIPE, freq_mhz=1000, ai_core_num=24
+    )
+    batch = _joined(
+        pipe, {"aic_total_cycles": [1000]}, block_dim=[3], mix_block_dim=[0], task_type=["AI_CORE"]
+    )
+    assert pmu.finish_metrics(batch, pipe).column("aicore_time").to_pylist()[0] == pytest.approx(1 / 3)

@@ -22,6 +22,11 @@ Two layouts, as msprof's two implementations write them (msprof_outputs.md §0, 
   ``total_cycles`` are columns (``DataManager.add_cube_usage``), and without the columns msprof's
   ``AicPmuUtils._remove_list`` drops (``l2_read_bw``/``l2_write_bw`` of Memory, ``ub_*_bw_mte`` of MemoryUB).
 
+PipelineExecuteUtilization (a STARS-chip group) keeps the ``*_exe_*`` names of ``AICORE_METRICS_LIST_DEFAULT``
+(``FftsPmuModel.create_table``) over the values ``FftsPmuCalculator._set_ffts_table_name_list`` lists in the
+same positions: vec r12c, mac r49 + r4a (``_calculate_mac_ratio_extra``), scalar r9, mte1 r302, mte2 rc,
+mte3 rd, fixpipe r303, each ratio with its time.
+
 Names are msprof's without unit suffixes and with ``_extra`` stripped; values keep msprof's units (µs for
 ``*_time``, GB/s for ``*_bw``, KB for ``*_datas``, raw counts for L2Cache and ``Custom:`` columns ``r<hex>``).
 
@@ -31,22 +36,28 @@ Choices (where the spec is unsure or the two implementations differ):
   the Python ``PmuCalculateFunc`` ones elsewhere, as msprof's all-export does (§4c table);
 * ``icache_miss_rate`` = r55/r54; when r54 is 0 the C++ path gives 0 and the Python path keeps r55/cycles
   (``_calculate_icache_miss_rate`` leaves the ratio in place), and each layout follows its implementation;
-* ratios are 0 when total cycles are 0 (``pmu_metric_calculate_without_freq``);
+* a task that counted no cycles: its ratios and bandwidths are 0 in the C++ path
+  (``Calculator::CalculatorMetricByAdditions*``) and the raw counts in the Python path, whose
+  ``CalculateAiCoreData._cal_pmu_metrics`` skips the formula when ``task_cyc`` is 0; each layout follows its
+  implementation (fops stay 0 in both);
 * ``memory_bound`` and ``cube_utilization`` follow msprof's Python path (``viewer/runtime_report.py``
   ``add_mem_bound`` / ``cube_usage``), which reads the ratios after op_summary's SQL has rounded them to 3
   decimals: ``memory_bound`` = mte2 / max(vec, mac) of the rounded ratios, 0 when that max is 0;
   ``cube_utilization`` is 0 when the rounded mac ratio, the cycles or the duration is 0. (The C++ path's
   ``MetricProcessor::AddMemoryBound`` gives null when mac or vec is 0; memory_bound exists only in the
-  un-prefixed layout, which msprof always writes with its Python path.)
-* PipelineExecuteUtilization: the ``*_exe_ratio`` formulas of ``ai_core_config.py`` 'metrics'; msprof's
-  Python filter keeps only ``vec_exe_ratio`` of them (its event names do not match the group's list), which
-  we take for a defect and do not reproduce;
+  un-prefixed layout, which msprof always writes with its Python path. Its cube_utilization,
+  ``MetricProcessor::AddCubeUsageWithoutDur`` then ``OpSummaryAssembler::AddCubeUsage``, is 0 only when
+  the duration is 0 and does not look at the mac ratio; the real A2 kernel_details in shared/realdata has no
+  row with cycles and a zero mac ratio to tell the two apart.)
 * frequency: info.json ``aic_frequency`` for every metric, AIC and AIV alike
-  (``InfoConfReader.get_freq('aic')``); the CHIP_V4_1_0 C++ path's per-record low-power frequency
-  (lpmFreqConv) is not used;
+  (``InfoConfReader.get_freq('aic')``); the per-record low-power frequency that msprof uses for the times
+  when freq records exist (C++ ``MetricCalculator::CalculatePmuMetric`` on CHIP_V4_1_0, Python
+  ``FftsPmuCalculator.calculate_total_time``) is not used;
 * no rounding: the table keeps full precision and the layouts round (op_summary: 3 decimals, cycles as
   integers), except that ``aicore_time`` is rounded to 2 decimals before the ``*_time`` products on the
-  Python-path chips, as ``Utils.cal_total_time`` does.
+  Python-path chips, as ``Utils.cal_total_time`` does; that includes ``Custom:`` groups on CHIP_V4_1_0,
+  whose counters msprof's C++ device parser leaves to the Python ``FftsPmuCalculator``
+  (``msinterface/msprof_c_interface.py`` ``dump_device_data``).
 
 The split between device and host side: ``aicore_time``/``aiv_time`` and every ``*_time`` need the GE block
 dim (``block_num`` / ``mix_block_num``), which only the host-side node info carries. :func:`device_metrics`
@@ -140,10 +151,15 @@ class Block:
             total = total + self.counts.get(event, np.full_like(self.cycles, np.nan))
         return total
 
+    def no_cycles(self, values: F64) -> F64:
+        """A per-cycle metric of a task that counted no cycles: 0 in C++, the raw count in Python
+        (``CalculateAiCoreData._cal_pmu_metrics`` applies no formula when ``task_cyc`` is 0)."""
+        return np.zeros_like(values) if self.cpp else values
+
     def per_cycle(self, values: F64) -> F64:
-        """``values / total_cycles``, 0 where the task counted no cycles."""
+        """``values / total_cycles``; see :meth:`no_cycles` where the task counted no cycles."""
         with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(self.cycles != 0, values / self.cycles, 0.0)
+            return np.where(self.cycles != 0, values / self.cycles, self.no_cycles(values))
 
 
 Formula = Callable[[Block], F64]
@@ -155,14 +171,16 @@ def ratio(*events: int) -> Formula:
 
 
 def bandwidth(event: int, python: float, cpp: float | None = None) -> Formula:
-    """GB/s: ``count * pipe_size * scalar / (cycles / freq) / 2**33``; 0 without cycles (msprof's rule)."""
+    """GB/s: ``count * pipe_size * scalar / (cycles / freq) / 2**33``; see :meth:`Block.no_cycles` without
+    cycles."""
 
     def formula(b: Block) -> F64:
         factor = cpp if (b.cpp and cpp is not None) else python
+        count = b.r(event)
         with np.errstate(divide="ignore", invalid="ignore"):
             seconds = b.cycles / b.freq_hz
-            value = b.r(event) * factor / seconds / _GB
-        return np.where(b.cycles != 0, value, 0.0)
+            value = count * factor / seconds / _GB
+        return np.where(b.cycles != 0, value, b.no_cycles(count))
 
     return formula
 
@@ -578,8 +596,10 @@ def finish_metrics(batch: pa.RecordBatch, layout: MetricLayout) -> pa.RecordBatc
     §2.2 ``cal_total_time``) and ``<x>_time = time * <x>_ratio``. ``block_num`` is the batch's ``block_dim``,
     or ``mix_block_dim`` for the secondary core of a MIX task (the AIV side of MIX_AIC, the AIC side of
     MIX_AIV; ``FftsPmuCalculator.calculate_total_time``); ``core_num`` is ``ai_core_num`` (``aiv_num`` for the
-    AIV block, and for AI_VECTOR_CORE tasks in the un-prefixed layout). A task without a block dim (no GE
-    node info, or 0) keeps null times.
+    AIV block, and for AI_VECTOR_CORE tasks in the un-prefixed layout). A task with PMU counters but
+    without a block dim (no GE node info, or 0), core count or frequency gets times of 0, as both msprof
+    paths give (``Utils.cal_total_time``, ``Calculator::CalculatorTotalTime``); a task without counters keeps
+    null times.
     """
     if not layout.blocks:
         return batch
@@ -604,8 +624,9 @@ def finish_metrics(batch: pa.RecordBatch, layout: MetricLayout) -> pa.RecordBatc
         with np.errstate(divide="ignore", invalid="ignore"):
             waves = np.ceil(blocks / np.maximum(cores, 1))
             time = cycles / layout.freq_mhz / blocks * waves
-        time = np.where((blocks > 0) & (cores > 0) & (layout.freq_mhz > 0), time, np.nan)
-        if not layout.split:
+        known = (blocks > 0) & (cores > 0) & (layout.freq_mhz > 0)
+        time = np.where(np.isnan(cycles), np.nan, np.where(known, time, 0.0))
+        if not layout.split or layout.group.startswith(CUSTOM_PREFIX):
             time = np.round(time, 2)
         batch = _set(batch, block.time_column, time)
         for time_column, ratio_column in block.pipe_times:
