@@ -12,6 +12,13 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   Device labels are ``NPU {D}`` (``GetLayerInfoLabelWithDeviceId``).
 * ``ts`` is local wall-clock µs with three decimals (the host-monotonic ns plus the start_info
   offset, §3.5), ``dur`` µs.
+* Ascend Hardware: a MEMCPY_ASYNC task is named ``MEMCPY_ASYNC`` with its device task type as
+  ``Task Type``, whatever op launched it (C++ ``GenerateMemcpyAsyncTrace``); its ``size(B)``,
+  ``bandwidth(GB/s)`` and ``operation`` args (from memcpy_info, which the tasks table does not carry)
+  are not written.
+* Communication: an HCCL task's ``notify_id`` is decimal text (C++ ``CommunicationTaskData.notifyId``
+  is a string), the comm table's null (an all-ones id) as ``18446744073709551615``, as the real
+  trace_view.json files in shared/realdata print it.
 * HostToDevice flows (§3.7, C++ form): ``s`` at the launching API on the CANN layer, ``f`` at the
   device task on Ascend Hardware, ``id = str(connection_id << 32)``, name ``HostToDevice{id}``,
   for tasks with an op name.
@@ -46,7 +53,7 @@ from profstream.engine.layouts._outputs import (
     after_collection_start,
     split_by,
 )
-from profstream.engine.operators.launches import op_flow_ends, task_flow_ends
+from profstream.engine.operators.launches import MEMCPY_ASYNC, op_flow_ends, task_flow_ends
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents
 from profstream.sinks.chrome_trace import Events
@@ -165,16 +172,21 @@ class AscendHardware(_Layer):
         )
         fallback = default_task_type(rows)
         op_name, task_type = text(rows.column("op_name")), text(rows.column("task_type"))
+        # a MEMCPY_ASYNC task is named by its host type and typed by its device type, whatever op it
+        # belongs to (C++ GenerateMemcpyAsyncTrace)
+        memcpy = pc.fill_null(pc.equal(text(rows.column("host_task_type")), MEMCPY_ASYNC), False)
         start = local(self.context, rows.column("start_ns"))
         yield CompleteEvents(
-            name=pc.coalesce(op_name, fallback),
+            name=pc.if_else(memcpy, MEMCPY_ASYNC, pc.coalesce(op_name, fallback)),
             pid=pid,
             tid=streams,
             ts_ns=start,
             dur_ns=duration(rows),
             args={
                 "Model Id": rows.column("model_id"),
-                "Task Type": pc.coalesce(task_type, fallback),
+                "Task Type": pc.if_else(
+                    memcpy, text(rows.column("device_task_type")), pc.coalesce(task_type, fallback)
+                ),
                 "Physic Stream Id": streams,
                 "Task Id": rows.column("task_id"),
                 "Batch Id": rows.column("batch_id"),
@@ -333,7 +345,7 @@ class CommunicationTasks(Communication):
 
     def args(self, rows: pa.RecordBatch) -> dict[str, pa.Array]:
         return {
-            "notify_id": rows.column("notify_id"),
+            "notify_id": notify_text(rows.column("notify_id")),
             "duration estimated(us)": rows.column("duration_estimated_us"),
             "stream id": rows.column("stream_id"),
             "task id": rows.column("task_id"),
@@ -348,6 +360,13 @@ class CommunicationTasks(Communication):
             "bandwidth(GB/s)": rows.column("bandwidth_gbps"),
             "model id": rows.column("model_id"),
         }
+
+
+def notify_text(ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """HCCL notify ids as msprof's C++ writes them: the unsigned 64-bit id as decimal text, all ones
+    (the comm table's null) as ``18446744073709551615`` (``CommunicationTaskData.notifyId`` is text)."""
+    unsigned = pc.cast(pc.fill_null(ids, -1), pa.uint64(), safe=False)
+    return pc.cast(unsigned, pa.string())
 
 
 class OverlapAnalysis(_Layer):
@@ -470,7 +489,13 @@ class StepTrace(_Layer):
             ts_ns=local(self.context, pc.add(rows.column("bp_ns"), refresh)),
             cat="Data_aug Bound",
             id=flow,
-            args={"Data_aug Bound(us)": pc.divide(pc.cast(rows.column("data_aug_ns"), pa.float64()), 1000.0)},
+            # no earlier iteration: 0 (both paths start the bound at 0 and keep it; Python
+            # CreateTrainingTrace.update_data_aug, C++ StepTraceAssembler::GenerateDataAugTrace)
+            args={
+                "Data_aug Bound(us)": pc.divide(
+                    pc.cast(rows.column("data_aug_ns").fill_null(0), pa.float64()), 1000.0
+                )
+            },
         )
 
     def _stamp(self, rows: pa.RecordBatch, column: str) -> pa.Array:
