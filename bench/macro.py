@@ -236,10 +236,40 @@ SCENARIOS: dict[str, Callable[[Path], Result]] = {
 }
 
 
-def table(results: list[Result]) -> str:
+def machine_speed() -> str:
+    """Seconds a fixed pure-Python loop and a numpy sort take here (best of 3), run before the scenarios.
+
+    The shared VMs this runs on differ in speed by half from one session to the next, more than most
+    changes measured here; these two figures tell a slower machine from a slower build.
+    """
+    import numpy as np
+
+    def best(work: Callable[[], object]) -> float:
+        times = []
+        for _ in range(3):
+            began = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - began)
+        return min(times)
+
+    def loop() -> int:
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        return total
+
+    values = np.random.default_rng(1).integers(0, 1 << 62, 10_000_000)
+    return (
+        f"Machine speed: a pure-Python loop of 10M additions {best(loop):.2f} s, "
+        f"numpy sort of 10M int64 {best(lambda: np.sort(values)):.2f} s (best of 3)."
+    )
+
+
+def table(results: list[Result], speed: str) -> str:
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
         f"measured {time.strftime('%Y-%m-%d')} with `python bench/macro.py`.",
+        speed,
         "",
         "| scenario | raw input MB | wall s | MB/s | peak RSS MB | peak PSS MB, all processes | command |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -267,10 +297,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
+    speed = machine_speed()
+    print(speed, flush=True)
     with tempfile.TemporaryDirectory(dir=args.work) as scratch:
         results = [SCENARIOS[name](Path(scratch)) for name in args.scenario]
         results = [replace(r, command=r.command.replace(scratch, "$WORK")) for r in results]
-    text = table(results)
+    text = table(results, speed)
     print(text)
     if args.write:
         write_readme(text)
