@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from profstream.engine import schema
 from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput, split_by
-from profstream.engine.layouts.msprof import communication_statistic_rows, op_summary_rows, summary_outputs
+from profstream.engine.layouts.msprof import (
+    communication_statistic_rows,
+    metric_cell,
+    op_summary_rows,
+    summary_outputs,
+)
 from profstream.engine.layouts.timeline import default_task_type
 from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.layouts.torch_npu import summary_outputs as torch_npu_summary
@@ -120,6 +125,23 @@ def test_op_summary_keeps_communication_kernels_on_the_vector_cores() -> None:
         }
     )
     assert op_summary_rows(batch).column("op_name").to_pylist() == ["allreduceAivKernel", "MatMul"]
+
+
+def test_appended_metrics_print_msprofs_integer_zero() -> None:
+    """msprof's Python path appends ``0`` (an int) as cube usage and memory bound where it computes
+    none (``viewer/runtime_report.py`` ``cube_usage``, ``add_mem_bound``): the real kernel_details
+    prints ``0`` for an idle ``cube_utilization(%)``, while SQL-rounded ratios print ``0.0``."""
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "cube_utilization": [0.0, 66.30149, float("nan")],
+            "memory_bound": [0.0, 1.5, float("nan")],
+            "aic_mac_ratio": [0.0, 0.5194, float("nan")],
+        }
+    )
+    for name in ("cube_utilization", "memory_bound"):
+        assert metric_cell(name, name).values(batch, 0).to_pylist()[0] == "0"
+    assert metric_cell("cube_utilization", "c").values(batch, 0).to_pylist()[1:] == ["66.301", None]
+    assert metric_cell("aic_mac_ratio", "r").values(batch, 0).to_pylist()[:2] == [0.0, 0.519]
 
 
 def test_communication_statistic_needs_one_typed_op() -> None:

@@ -101,6 +101,7 @@ from profstream.engine.operators.task_rows import is_op_row
 from profstream.engine.schema import NO_ID
 from profstream.sinks import SliceNaming, msprof_slice_names
 from profstream.sinks._base import StagedFile
+from profstream.sinks._format import float_text
 
 OUTPUT_DIR = "mindstudio_profiler_output"
 #: task types op_summary leaves out (C++ ``INVALID_TASK_TYPE``): op_statistic's hidden core types and
@@ -252,11 +253,17 @@ def quoted(column: str) -> Callable[[pa.RecordBatch], pa.Array]:
     return values
 
 
+#: the PMU columns msprof's Python path appends after its SQL, with the integer ``0`` where it computes
+#: nothing (``viewer/runtime_report.py`` ``cube_usage`` / ``add_mem_bound`` append ``0``)
+APPENDED_METRICS = ("cube_utilization", "memory_bound")
+
+
 def metric_cell(name: str, header: str) -> Cell:
     """A PMU column as op_summary prints it: cycle counts as integers, every other float rounded to 3
     decimals (the SQL ``round(col, 3)`` msprof applies to each column without ``cycles`` in its name,
     ``viewer/ai_core_op_report.py`` ``_get_ai_core_float_cols``; real kernel_details shows ``0.186`` and
-    ``2910056``)."""
+    ``2910056``). :data:`APPENDED_METRICS` print a zero as ``0``, as the real kernel_details' idle
+    ``cube_utilization(%)`` cells do (the rare usage that rounds to 0.0 would print ``0.0`` there)."""
 
     def values(batch: pa.RecordBatch) -> pa.Array:
         column = batch.column(name)
@@ -264,7 +271,10 @@ def metric_cell(name: str, header: str) -> Cell:
             return column
         if "cycles" in name:
             return pc.cast(column, pa.int64())
-        return pc.round(column, pmu.RATIO_DECIMALS)
+        rounded = pc.round(column, pmu.RATIO_DECIMALS)
+        if name not in APPENDED_METRICS:
+            return rounded
+        return pc.if_else(pc.equal(rounded, 0.0), pa.scalar("0"), float_text(rounded))
 
     return Cell(header, values)
 
