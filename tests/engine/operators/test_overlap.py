@@ -154,6 +154,30 @@ def test_lanes_follow_msprof_rules() -> None:
     }
 
 
+def test_computing_counts_every_operator_task_type_but_communication() -> None:
+    """The real exports in shared/realdata draw each DSAGenBitMask task (GE type DSA_SQE, alone on
+    its stream) as a Computing lane of its own, e.g. [1736408883714269.685, +3.4 us] in level1 rank 0:
+    msprof's C++ takes every compute-task-info task (``OverlapAnalysisProcessor::SepOneTask`` checks
+    only the KFC streams and the name). Communication tasks are no operators (op_summary drops them)."""
+    pushes = [
+        (
+            TASKS,
+            tasks(
+                [
+                    kernel(0, 10),
+                    (12, 15, "DSA_SQE", "STARS_COMMON", "DSAGenBitMask", 3),
+                    (16, 18, "HCCL", "KERNEL_AICORE", "allreduce", 4),
+                    (19, 20, "WRITE_BACK", "KERNEL_AICORE", "wb", 2),
+                    kernel(21, 30),
+                ]
+            ),
+            DONE,
+        ),
+    ]
+    out = drive(Overlap(0, None, lateness_ns=0), pushes)
+    assert lanes(out[at("overlap", 0)])["Computing"] == [(0, 10), (12, 15), (21, 30)]
+
+
 def test_step_time_buckets_by_start_without_clipping() -> None:
     pushes = [
         (TASKS, tasks([kernel(0, 15), kernel(20, 30), memcpy(40, 45)]), START),

@@ -3,9 +3,14 @@
 **Lanes** (``overlap`` stream; msprof_outputs.md §4a, framework_outputs.md §4a (1); msprof C++
 ``analysis/csrc/domain/data_process/ai_task/overlap_analysis_processor.cpp``):
 
-* Computing = union of the device tasks whose GE task type is AI_CORE, AI_CPU, AI_VECTOR_CORE,
-  MIX_AIV or MIX_AIC, except ops whose name ends with ``AicpuKernel`` / ``AivKernel`` and tasks on the
-  MC2 AI-CPU KFC streams (``kfc_streams``, from the MC2 communication info);
+* Computing = union of the device tasks with a GE task type other than the communication ones
+  (HCCL, HCCL_AI_CPU, COMMUNICATION) and WRITE_BACK / INVALID, i.e. the tasks op_summary lists as
+  operators, except ops whose name ends with ``AicpuKernel`` / ``AivKernel`` and tasks on the MC2
+  AI-CPU KFC streams (``kfc_streams``, from the MC2 communication info). msprof's C++ takes every
+  compute-task-info task without looking at its type; its older Python path kept only AI_CORE,
+  AI_CPU, AI_VECTOR_CORE, MIX_AIV and MIX_AIC (``viewer/pipeline_overlap_viewer.py``). The real
+  exports in shared/realdata follow the C++: their Computing lanes are the union of every
+  kernel_details operator row, the DSA_SQE tasks (DSAGenBitMask) included as lanes of their own;
 * Communication = union of the communication op intervals (``comm``);
 * Communication(Not Overlapped) = Communication minus Computing;
 * Free = ``[begin, end]`` minus (Computing union Communication), where begin / end are the earliest start
@@ -60,13 +65,15 @@ from profstream.engine.kernels import overlap as kernels
 from profstream.engine.kernels._dispatch import FLUSH, NULL
 from profstream.engine.kernels.overlap import _CURSOR, _OPEN_START, _PIECE, CombineState, Intervals, SetOp
 from profstream.engine.operators._state import ints
+from profstream.engine.operators.statistics import COMMUNICATION_TASK_TYPES, HIDDEN_CORE_TYPES
 from profstream.engine.operators.steps import FRAMEWORK_STEPS, count, report
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
 I64 = npt.NDArray[np.int64]
 
-COMPUTE_TASK_TYPES = ("AI_CORE", "AI_CPU", "AI_VECTOR_CORE", "MIX_AIV", "MIX_AIC")
+#: GE task types that are not Computing (op_summary leaves them out too)
+NOT_COMPUTE_TASK_TYPES = tuple(sorted(COMMUNICATION_TASK_TYPES | HIDDEN_CORE_TYPES))
 KERNEL_HOST_TYPES = (
     "KERNEL_AICORE",
     "KERNEL_AIVEC",
@@ -207,7 +214,9 @@ class Overlap(Operator):
         return kept
 
     def _is_compute(self, batch: pa.RecordBatch) -> npt.NDArray[np.bool_]:
-        keep = pc.fill_null(pc.is_in(_strings(batch, "task_type"), pa.array(COMPUTE_TASK_TYPES)), False)
+        task_type = _strings(batch, "task_type")
+        other = pc.is_in(task_type, pa.array(NOT_COMPUTE_TASK_TYPES))
+        keep = pc.and_(pc.is_valid(task_type), pc.invert(other))
         names = _strings(batch, "op_name")
         for suffix in EXCLUDED_OP_SUFFIXES:
             keep = pc.and_(keep, pc.invert(pc.fill_null(pc.ends_with(names, suffix), False)))
