@@ -217,13 +217,15 @@ def test_unknown_hashes_and_types_print_as_numbers() -> None:
 
 
 def test_without_node_basic_info_the_op_is_named_after_the_node_api() -> None:
+    """Prof level 0: the real Level0 kernel_details (shared/realdata) lists such kernels with Type and
+    Accelerator Core ``N/A`` and Block Dim ``0`` (its db: COMPUTE_TASK_INFO opType ``N/A``, blockDim 0)."""
     tasks, _ = _join(
         ("api_event", apis([_node(100, 200, OP_A)]), 0),
         ("task_track", launches([(T, 150, 2, 1, 0, AICORE)]), 0),
         ("device_tasks@0", device_tasks([(2, 1, 0, 500, 510)]), DONE),
     )
     assert rows(tasks, *HOST, "op_state", "block_dim") == [
-        ("layer/Add_1", None, None, "KERNEL_AICORE", None, None)
+        ("layer/Add_1", "N/A", None, "KERNEL_AICORE", None, 0)
     ]
 
 

@@ -32,7 +32,7 @@ LANES = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
 
 
 def tasks(rows: Sequence[tuple[int, int, str | None, str | None, str | None, int]]) -> pa.RecordBatch:
-    """Task rows (start, end, GE task type, host task type, op name, stream)."""
+    """Task rows (start, end, GE task type, host task type, op name, stream); op type by :func:`op_type`."""
     start, end, ge, host, name, stream = (list(c) for c in zip(*rows, strict=True)) if rows else ([],) * 6
     return conform(
         TABLES["tasks"],
@@ -44,8 +44,18 @@ def tasks(rows: Sequence[tuple[int, int, str | None, str | None, str | None, int
             "task_type": pa.array(ge, pa.string()),
             "host_task_type": pa.array(host, pa.string()),
             "op_name": pa.array(name, pa.string()),
+            "op_type": pa.array(
+                [op_type(g, h, n) for g, h, n in zip(ge, host, name, strict=True)], pa.string()
+            ),
         },
     )
+
+
+def op_type(ge: str | None, host: str | None, name: str | None) -> str | None:
+    """What the host join gives: the op's type with node info, ``N/A`` for a kernel without (Level0)."""
+    if ge is not None:
+        return name
+    return "N/A" if host is not None and host.startswith("KERNEL") else None
 
 
 def kernel(start: int, end: int, name: str = "op", stream: int = 2) -> tuple[int, int, str, str, str, int]:
@@ -158,7 +168,8 @@ def test_computing_counts_every_operator_task_type_but_communication() -> None:
     """The real exports in shared/realdata draw each DSAGenBitMask task (GE type DSA_SQE, alone on
     its stream) as a Computing lane of its own, e.g. [1736408883714269.685, +3.4 us] in level1 rank 0:
     msprof's C++ takes every compute-task-info task (``OverlapAnalysisProcessor::SepOneTask`` checks
-    only the KFC streams and the name). Communication tasks are no operators (op_summary drops them)."""
+    only the KFC streams and the name), so are the Level0 kernels of type ``N/A``, which the real
+    Level0 exports count as Computing. Communication tasks are no operators (op_summary drops them)."""
     pushes = [
         (
             TASKS,
@@ -169,13 +180,14 @@ def test_computing_counts_every_operator_task_type_but_communication() -> None:
                     (16, 18, "HCCL", "KERNEL_AICORE", "allreduce", 4),
                     (19, 20, "WRITE_BACK", "KERNEL_AICORE", "wb", 2),
                     kernel(21, 30),
+                    (31, 33, None, "KERNEL_AIVEC", "level0_op", 2),  # Level0: op type N/A, no GE type
                 ]
             ),
             DONE,
         ),
     ]
     out = drive(Overlap(0, None, lateness_ns=0), pushes)
-    assert lanes(out[at("overlap", 0)])["Computing"] == [(0, 10), (12, 15), (21, 30)]
+    assert lanes(out[at("overlap", 0)])["Computing"] == [(0, 10), (12, 15), (21, 30), (31, 33)]
 
 
 def test_step_time_buckets_by_start_without_clipping() -> None:

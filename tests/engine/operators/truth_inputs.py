@@ -80,6 +80,9 @@ def task_batches(sim: Simulated, rows_per_batch: int = 97) -> list[pa.RecordBatc
                     "op_name": pa.concat_arrays(
                         [pc.cast(t["op_name"], pa.string()).combine_chunks(), pa.nulls(m, pa.string())]
                     ),
+                    "op_type": pa.concat_arrays(  # an op type where the truth has a GE task type
+                        [pc.if_else(pc.equal(ge, "-"), None, ge).combine_chunks(), pa.nulls(m, pa.string())]
+                    ),
                 },
             )
         ]

@@ -26,7 +26,10 @@ the inner launch does not look for them.
   ``AI_CPU``, the "helper" case), ``op_state`` ``static`` for a record from an ``unaging`` file and
   ``dynamic`` for ``aging`` (C++ overwrites the record's field so, cann_raw_formats.md §2.8),
   ``block_dim``, ``mix_block_dim`` = block dim x mix ratio, ``hf32_eligible`` YES when ``op_flag`` is
-  set. Without node_basic_info (prof level 0) the op name is the node API's item and the rest null.
+  set. Without node_basic_info (prof level 0) the op name is the node API's item, the op type ``N/A``,
+  the block dims 0 and the rest null, as msprof keeps such an op (the real Level0 kernel_details.csv
+  in shared/realdata lists every kernel so, Type and Accelerator Core ``N/A``, Block Dim ``0``, and the
+  same run's db has them in COMPUTE_TASK_INFO with opType/taskType ``N/A``, blockDim 0).
 * else a kernel outside any node API: op name and type = the kernel name (task_track
   ``kernelName``), task type from the runtime type (KERNEL_AICORE -> AI_CORE, ...) as msprof's
   Python ``add_kernel_task_only_task_track`` does.
@@ -138,6 +141,8 @@ GE_FORMATS = {
     221: "DHWCN_", 255: "MAX",
 }  # fmt: skip
 UNDEFINED_FORMAT = (0xFF, 0xFFFF)
+#: the op type of a compute task without node_basic_info (prof level 0; module docstring)
+NA = "N/A"
 #: runtime kernel types and the GE task type msprof's Python gives a kernel without node info
 RUNTIME_TO_GE = {
     "KERNEL_AICORE": "AI_CORE",
@@ -584,7 +589,9 @@ class HostJoin(Operator):
             (compute, node_item),
             (np.ones(len(times), np.bool_), kernel),
         )
-        op_type = pick((described, op_type_known), (kernel_only, kernel))
+        bare = compute & ~has  # prof level 0: no node_basic_info (module docstring)
+        op_type = pick((described, op_type_known), (bare, NA), (kernel_only, kernel))
+        unset = ~(described | bare)
         task_type = pick(
             (in_hccl & aicpu, "HCCL_AI_CPU"),
             (in_hccl, "HCCL"),
@@ -611,8 +618,10 @@ class HostJoin(Operator):
             "op_type": op_type,
             "task_type": task_type,
             "op_state": pick((described & aging, "dynamic"), (described, "static")),
-            "block_dim": pa.array(gather(column(basic, "block_dim"), record), mask=~described),
-            "mix_block_dim": pa.array(gather(column(basic, "mix_block_dim"), record), mask=~described),
+            "block_dim": pa.array(np.where(bare, 0, gather(column(basic, "block_dim"), record)), mask=unset),
+            "mix_block_dim": pa.array(
+                np.where(bare, 0, gather(column(basic, "mix_block_dim"), record)), mask=unset
+            ),
             "hf32_eligible": pick((described & (op_flag != 0), "YES"), (described, "NO")),
             "model_id": pa.array(model_id),
             "connection_id": pa.array(gather(connections, launch_api), mask=missing),

@@ -3,14 +3,15 @@
 **Lanes** (``overlap`` stream; msprof_outputs.md §4a, framework_outputs.md §4a (1); msprof C++
 ``analysis/csrc/domain/data_process/ai_task/overlap_analysis_processor.cpp``):
 
-* Computing = union of the device tasks with a GE task type other than the communication ones
-  (HCCL, HCCL_AI_CPU, COMMUNICATION) and WRITE_BACK / INVALID, i.e. the tasks op_summary lists as
-  operators, except ops whose name ends with ``AicpuKernel`` / ``AivKernel`` and tasks on the MC2
-  AI-CPU KFC streams (``kfc_streams``, from the MC2 communication info). msprof's C++ takes every
-  compute-task-info task without looking at its type; its older Python path kept only AI_CORE,
-  AI_CPU, AI_VECTOR_CORE, MIX_AIV and MIX_AIC (``viewer/pipeline_overlap_viewer.py``). The real
-  exports in shared/realdata follow the C++: their Computing lanes are the union of every
-  kernel_details operator row, the DSA_SQE tasks (DSAGenBitMask) included as lanes of their own;
+* Computing = union of the device tasks with an op type (``N/A`` at prof level 0) whose GE task type
+  (if any) is none of the communication ones (HCCL, HCCL_AI_CPU, COMMUNICATION) nor WRITE_BACK /
+  INVALID, i.e. the tasks op_summary lists as operators, except ops whose name ends with
+  ``AicpuKernel`` / ``AivKernel`` and tasks on the MC2 AI-CPU KFC streams (``kfc_streams``, from the
+  MC2 communication info). msprof's C++ takes every compute-task-info task without looking at its
+  type; its older Python path kept only AI_CORE, AI_CPU, AI_VECTOR_CORE, MIX_AIV and MIX_AIC
+  (``viewer/pipeline_overlap_viewer.py``). The real exports in shared/realdata follow the C++: their
+  Computing lanes are the union of every kernel_details operator row, the DSA_SQE tasks
+  (DSAGenBitMask) included as lanes of their own, and at Level0 the kernels whose type is ``N/A``;
 * Communication = union of the communication op intervals (``comm``);
 * Communication(Not Overlapped) = Communication minus Computing;
 * Free = ``[begin, end]`` minus (Computing union Communication), where begin / end are the earliest start
@@ -214,9 +215,8 @@ class Overlap(Operator):
         return kept
 
     def _is_compute(self, batch: pa.RecordBatch) -> npt.NDArray[np.bool_]:
-        task_type = _strings(batch, "task_type")
-        other = pc.is_in(task_type, pa.array(NOT_COMPUTE_TASK_TYPES))
-        keep = pc.and_(pc.is_valid(task_type), pc.invert(other))
+        other = pc.fill_null(pc.is_in(_strings(batch, "task_type"), pa.array(NOT_COMPUTE_TASK_TYPES)), False)
+        keep = pc.and_(pc.is_valid(_strings(batch, "op_type")), pc.invert(other))
         names = _strings(batch, "op_name")
         for suffix in EXCLUDED_OP_SUFFIXES:
             keep = pc.and_(keep, pc.invert(pc.fill_null(pc.ends_with(names, suffix), False)))
