@@ -41,6 +41,18 @@ input; 0 without any torch op), as torch_npu's ``get_prepare_time`` computes it 
 (``FwkFileParser.get_first_fwk_op``). When steps overlap, the earlier one wins the shared time
 (torch_npu takes the first step in start order).
 
+Choices where versions differ (the real exports in shared/realdata cannot tell, or tell the older one):
+
+* Exclude Receive is clamped at 0: torch_npu added the clamp in 2026 (framework_outputs.md §4a (2)
+  step 4); the ``_trace_step_time_parser.py`` versions in the code index subtract without it. The real
+  files have Bubble 0, where both agree.
+* The Free window reaches back to the earliest non-kernel task, as msprof's current C++ does; the
+  CANN 8.0 msprof behind the real files started it at the first Computing/Communication interval
+  (tests/golden ``test_overlap_analysis_lanes_recomputed_to_within_one_ns``).
+* Sums are exact ns, printed as µs once; torch_npu adds Python floats of µs and subtracts absolute
+  float times for Stage and Preparing, so its cells can differ in the last digits (``8827.472999999998``
+  for ``8827.473``) and Stage / Preparing by up to 0.25 µs near 1.7e15 µs.
+
 Streaming: inputs are buffered until the watermark, less ``lateness_ns``, passes their start. The
 operators upstream promise the start of the rows they still hold (a task still running, a task whose
 launch API has not ended, an op instance still collecting its tasks), so the watermark alone orders
