@@ -144,7 +144,12 @@ def test_operator_memory_lists_pytorch_rows_then_cann_prefixed_ge_rows(torch_run
     assert is_ge == [False] * len(pta) + [True] * len(ge)
     assert sorted(r["Name"] for r in written[: len(pta)]) == pta
     assert sorted(r["Name"] for r in written[len(pta) :]) == ge
-    for part, when in ((written[: len(pta)], "Allocation"), (written[len(pta) :], "Release")):
+    # CANN's rows of allocations never released come last, with msprof's 0.0 Duration, and torch_npu
+    # reads their Release Time as the allocation time plus that (GeOpMemoryBean.release_time)
+    cann = written[len(pta) :]
+    released = [r for r in cann if r["Duration(us)"] != "0.0"]
+    assert all(r["Release Time(us)"] == r["Allocation Time(us)"] for r in cann[len(released) :])
+    for part, when in ((written[: len(pta)], "Allocation"), (released, "Release")):
         times = [Decimal(r[f"{when} Time(us)"].rstrip("\t")) for r in part if r[f"{when} Time(us)"]]
         assert times == sorted(times)
         assert all(r[f"{when} Time(us)"] for r in part[: len(times)])  # rows without one come last
@@ -168,11 +173,15 @@ def test_msprof_operator_memory_lists_releases_in_order_then_what_was_never_rele
         files[name] = one(tmp_path / name / "mindstudio_profiler_output", "operator_memory_*.csv")
     assert files["default"].read_bytes() == files["small"].read_bytes()
     table = rows(files["default"])
+    assert all(r["Allocation Time(us)"] != "N/A" for r in table)  # a release alone makes no row
     for device in {r["Device_id"] for r in table}:
         mine = [r for r in table if r["Device_id"] == device]
-        released = [r for r in mine if r["Duration(us)"] != "N/A"]
-        unreleased = [r for r in mine if r["Allocation Time(us)"] != "N/A" and r["Duration(us)"] == "N/A"]
+        released = [r for r in mine if r["Duration(us)"] != "0.0"]
+        unreleased = [r for r in mine if r["Duration(us)"] == "0.0"]  # msprof's 0 (NULL_NUMBER)
         assert released and unreleased
+        assert {(r["Release Total Allocated(KB)"], r["Release Total Reserved(KB)"]) for r in unreleased} == {
+            ("0.0", "0.0")
+        }
         ends = [Decimal(r["Allocation Time(us)"].rstrip("\t")) + Decimal(r["Duration(us)"]) for r in released]
         assert ends == sorted(ends)
         assert mine[-len(unreleased) :] == unreleased

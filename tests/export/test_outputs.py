@@ -291,3 +291,106 @@ def test_msprof_step_trace_rows_stop_after_their_own_reduce_pairs(tmp_path: Path
     steps = csv_tables.step_trace_batches([path], None, csv_tables.CsvOptions()).read_all()
     assert steps["reduce_start_ns"].to_pylist() == [[3000, 5000], []]
     assert steps["reduce_end_ns"].to_pylist() == [[4000, 5500], []]
+
+
+@pytest.mark.parametrize("layout", ["msprof", "torch_npu"])
+def test_npu_module_mem_lists_each_device_s_modules_by_id_then_time(tmp_path: Path, layout: str) -> None:
+    """msprof sorts npu_module_mem by module id, then time (C++ ``NpuModuleMemAssembler::AssembleData``;
+    Python ``order by module_id asc, syscnt asc``), and the real files in shared/realdata list module
+    after module (SLOG = 0, HCCL = 3, GE = 45); an unnamed id (here 1000) sorts as a number."""
+    context = replace(_context(tmp_path), devices=(0, 1))
+    outputs = summary_outputs(context, "csv") if layout == "msprof" else torch_npu_summary(context)
+    [output] = [o for o in outputs if o.tables == ("npu_module_mem",)]
+    samples = [(1, "GE", 10), (0, "1000", 10), (0, "HCCL", 10), (0, "SLOG", 10), (0, "GE", 10)]
+    samples += [(0, "HCCL", 20), (0, "1000", 20), (0, "SLOG", 20), (1, "GE", 5), (0, "GE", 30)]
+    for device, component, time in samples:  # one sample a batch, in time order per device
+        output.write(
+            "npu_module_mem",
+            schema.conform(
+                schema.TABLES["npu_module_mem"],
+                {
+                    "device_id": pa.array([device], pa.int32()),
+                    "component": pa.array([component]),
+                    "time_ns": pa.array([time * 1000]),
+                    "total_reserved_bytes": pa.array([1024], pa.int64()),
+                },
+            ),
+        )
+    (path,) = output.close()
+    with path.open(newline="") as f:
+        written = [(r["Device"], r["Component"], r["Timestamp(us)"]) for r in csv.DictReader(f)]
+    assert written == [
+        ("NPU:0", "SLOG", "10.000\t"),
+        ("NPU:0", "SLOG", "20.000\t"),
+        ("NPU:0", "HCCL", "10.000\t"),
+        ("NPU:0", "HCCL", "20.000\t"),
+        ("NPU:0", "GE", "10.000\t"),
+        ("NPU:0", "GE", "30.000\t"),
+        ("NPU:0", "1000", "10.000\t"),
+        ("NPU:0", "1000", "20.000\t"),
+        ("NPU:1", "GE", "5.000\t"),
+        ("NPU:1", "GE", "10.000\t"),
+    ]
+
+
+def _ge_memory(rows: list[tuple[int, int | None]]) -> pa.RecordBatch:
+    """GE ``memory`` rows of 2048 bytes: (allocation ns, release ns or None); totals 1 MB then 0.5 MB."""
+    n = len(rows)
+    released = [r is not None for _, r in rows]
+    return schema.conform(
+        schema.TABLES["memory"],
+        {
+            "device_id": pa.array([0] * n, pa.int32()),
+            "source": pa.array(["GE"] * n),
+            "name": pa.array(["Add"] * n),
+            "size_bytes": pa.array([2048] * n),
+            "alloc_ns": pa.array([a for a, _ in rows]),
+            "release_ns": pa.array([r for _, r in rows], pa.int64()),
+            "duration_ns": pa.array([None if r is None else r - a for a, r in rows], pa.int64()),
+            "alloc_total_allocated": pa.array([1 << 20] * n),
+            "alloc_total_reserved": pa.array([1 << 20] * n),
+            "release_total_allocated": pa.array([1 << 19 if x else None for x in released], pa.int64()),
+            "release_total_reserved": pa.array([1 << 19 if x else None for x in released], pa.int64()),
+            "device_type": pa.array(["NPU:0"] * n),
+        },
+    )
+
+
+def test_msprof_operator_memory_prints_msprof_s_zeros_for_an_allocation_never_released(
+    tmp_path: Path,
+) -> None:
+    """``NpuOpMemCalculator`` stores ``NULL_NUMBER`` (0) as an unreleased allocation's duration and release
+    totals, and ``NpuOpMemViewer`` prints round(0.0, 3) and round(0 / 1024.0, 3)."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("memory",)]
+    output.write("memory", _ge_memory([(1_000_000, 1_106_430), (2_000_000, None)]))
+    (path,) = output.close()
+    with path.open(newline="") as f:
+        cells = [
+            (r["Duration(us)"], r["Release Total Allocated(KB)"], r["Release Total Reserved(KB)"])
+            for r in csv.DictReader(f)
+        ]
+    assert cells == [("106.43", "512.0", "512.0"), ("0.0", "0.0", "0.0")]
+
+
+def test_torch_npu_operator_memory_reads_an_unreleased_ge_row_as_torch_npu_reads_cann_s(
+    tmp_path: Path,
+) -> None:
+    """torch_npu's ``GeOpMemoryBean``: Release Time = Allocation Time + Duration when both cells are
+    non-empty, CANN's ``0.0`` included; release totals ``float("0.0") / 1024``; the row stays last."""
+    [output] = [o for o in torch_npu_summary(_context(tmp_path)) if o.tables == ("memory",)]
+    output.write("memory", _ge_memory([(2_000_000, None), (1_000_000, 1_106_430)]))
+    (path,) = output.close()
+    with path.open(newline="") as f:
+        cells = [
+            (
+                r["Allocation Time(us)"],
+                r["Release Time(us)"],
+                r["Duration(us)"],
+                r["Release Total Allocated(MB)"],
+            )
+            for r in csv.DictReader(f)
+        ]
+    assert cells == [
+        ("1000.000\t", "1106.430\t", "106.43", "0.5"),
+        ("2000.000\t", "2000.000\t", "0.0", "0.0"),
+    ]

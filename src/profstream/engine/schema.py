@@ -205,7 +205,7 @@ TABLES: Mapping[str, pa.Schema] = {
         ("source", DICT),  # PTA or GE
         ("name", DICT),
         ("size_bytes", I64),
-        ("alloc_ns", I64),  # null: the release was captured, the allocation was not
+        ("alloc_ns", I64),
         ("release_ns", I64),
         ("active_release_ns", I64),
         ("duration_ns", I64),

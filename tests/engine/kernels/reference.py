@@ -261,7 +261,7 @@ def pta_ref(inputs: Inputs) -> tuple[list[Row], list[int]]:
 
 def ge_ref(inputs: Inputs) -> tuple[list[Row], list[int]]:
     """msprof ``NpuOpMemCalculator._calc_operator_memory`` plus the kernel's rows for lone releases."""
-    pending: dict[tuple[int, ...], int] = {}
+    pending: dict[tuple[int, ...], int] = {}  # latest allocation; the dict keeps each key's first place
     rows: list[Row] = []
     counts = [0] * 5
     sizes, times = inputs["sizes"], inputs["times"]
@@ -282,7 +282,7 @@ def ge_ref(inputs: Inputs) -> tuple[list[Row], list[int]]:
             row = (None, int(times[i]), None, int(sizes[i]), None, i)
             rows.append((*row, key, (0,) * width, _payload(inputs, i)))
             counts[memory.GE_NO_ALLOCATION] += 1
-    for key, a in sorted(pending.items(), key=lambda kv: kv[1]):
+    for key, a in pending.items():
         row = (int(times[a]), None, None, int(sizes[a]), a, None)
         rows.append((*row, key, _payload(inputs, a), (0,) * width))
         counts[memory.GE_NEVER_FREED] += 1

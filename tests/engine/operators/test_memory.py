@@ -253,15 +253,21 @@ def test_names_wait_for_the_ops() -> None:
 # ----------------------------------------------------------------------------- GE
 
 
-def test_ge_pairs_and_keeps_negative_and_empty_values() -> None:
-    """Paired rows; a release without allocation (negative size); an allocation never released."""
+def test_ge_pairs_drops_lone_releases_and_keeps_open_allocations_in_first_allocation_order() -> None:
+    """msprof's NpuOpMemCalculator (Python ``_calc_operator_memory``, C++ ``NpuOpMemCalculator::Calculate``):
+    rows at their releases; a release without its allocation makes none; the allocations never released
+    at the end, each key where it was first allocated (a dict keeps a replaced key's place; C++
+    ``insertionOrder``), with the latest allocation's values."""
     records = [
-        (5, 12, 2, -50),
+        (5, 12, 2, -50),  # released, never allocated in the window: no row
         (10, 11, 1, 100),
         (15, 11, 1, 0),
         (20, 11, 1, -100),
         (30, 13, 3, 30),
         (40, 99, 4, 7),
+        (45, 11, 5, 8),
+        (50, 12, 6, 9),
+        (55, 11, 5, 10),  # replaces the allocation of 45, which keeps its place before 50's
     ]
     short = ge([(12, 11, 9, 5)], data_len=40)
     with capture_logs() as logs:
@@ -278,22 +284,25 @@ def test_ge_pairs_and_keeps_negative_and_empty_values() -> None:
         "release_total_reserved",
     )
     assert brief(out["memory"], *keys) == [
-        ("GE_Mul", -50, None, 5, None, None, 10_000),
         ("GE_Add", 100, 10, 20, 10, 10_000, 40_000),
         ("GE_Cast", 30, 30, None, None, 30_000, None),  # released after the window
         ("99", 7, 40, None, None, 40_000, None),  # a hash the dictionary lacks keeps its number
+        ("GE_Add", 10, 55, None, None, 55_000, None),
+        ("GE_Mul", 9, 50, None, None, 50_000, None),
     ]
     assert {
         (r["source"], r["device_type"], r["active_release_ns"], r["alloc_total_active"])
         for r in out["memory"]
     } == {("GE", "NPU:0", None, None)}
-    assert [r["component"] for r in out["memory_record"]].count("GE") == 6
+    assert [r["component"] for r in out["memory_record"]].count("GE") == 9
     entry = unmatched(logs)
-    assert (entry["ge_releases_without_allocation"], entry["ge_zero_size"], entry["ge_never_released"]) == (
-        1,
-        1,
-        2,
+    counts = (
+        "ge_releases_without_allocation",
+        "ge_zero_size",
+        "ge_never_released",
+        "ge_allocations_replaced",
     )
+    assert tuple(entry[k] for k in counts) == (1, 1, 4, 1)
     assert entry["ge_short_records"] == 1
 
 
@@ -349,6 +358,23 @@ def test_memory_record_order_and_sums() -> None:
         (1, "PTA+GE", 25, 250, 2500, 251, 2),
     ]
     assert {r["device_type"] for r in out["memory_record"] if r["device_id"] == 1} == {"NPU:1"}
+
+
+def test_the_companion_of_a_ge_record_before_any_pta_record_has_an_active_total_of_0() -> None:
+    """torch_npu's ``_combine_record`` with no PTA record yet copies the GE record's totals, whose
+    active total ``GeMemoryRecordBean.total_active`` gives as 0 (the GE row itself prints none)."""
+    out = drive(
+        Memory([0], app_devices=(), ops_lag_ns=0),
+        [(GE_IN, ge([(5, 11, 1, 100)])), (PTA_IN, pta([(10, M, 1, 8)]))],
+    )
+    assert brief(
+        out["memory_record"], "component", "time_ns", "total_allocated", "total_active", "stream_ptr"
+    ) == [
+        ("GE", 5, 5_000, None, None),
+        ("PTA+GE", 5, 5_000, 0, None),
+        ("PTA", 10, 100, 101, 2),
+        ("PTA+GE", 10, 5_100, 101, 2),
+    ]
 
 
 # ----------------------------------------------------------------------------- device samples
@@ -551,7 +577,7 @@ def ge_reference(records: list[dict[str, Any]]) -> collections.Counter[str]:
         if r["size"] > 0:
             pending[key] = r
         elif r["size"] < 0:
-            kinds["paired" if pending.pop(key, None) else "release only"] += 1
+            kinds["paired"] += pending.pop(key, None) is not None  # a lone release makes no row
     kinds["allocation only"] += len(pending)
     return kinds
 

@@ -33,11 +33,14 @@ records in order, keyed by ``(operator, addr, device type)``. ``size > 0`` alloc
 pending allocation of the same key (msprof loses the older one silently; here it is counted,
 :data:`GE_REPLACED`); ``size < 0`` releases the pending allocation into a row (``Duration`` = release
 - allocation); ``size == 0`` is neither and is counted (:data:`GE_ZERO_SIZE`). A release without a
-pending allocation is dropped by msprof's Python calculator, while msprof's documentation describes
-rows with a negative size when the allocation fell before the collection window: here it comes out
-as a row with the allocation time ``NULL`` and the release's (negative) size and is counted
-(:data:`GE_NO_ALLOCATION`), so the operator can follow either. ``final=True`` emits the allocations
-never released with empty release columns (:data:`GE_NEVER_FREED`).
+pending allocation is dropped by msprof's Python calculator and by its C++ one
+(``analysis/csrc/domain/services/modeling/npu_op_mem_calculator.cpp``), while msprof's documentation
+describes rows with a negative size when the allocation fell before the collection window: here it
+comes out as a row with the allocation time ``NULL`` and the release's (negative) size and is counted
+(:data:`GE_NO_ALLOCATION`), so the caller can follow either. ``final=True`` emits the allocations
+never released with empty release columns (:data:`GE_NEVER_FREED`), in the order their keys were first
+allocated: an allocation that replaced a pending one keeps that one's place, as msprof's Python dict
+and its C++ ``insertionOrder`` do.
 
 Both kernels carry a caller-chosen int64 payload per record (the columns that end up in the row) in
 their state, and report record sequence numbers (``base + i``) so the wrapper can join the rest.
@@ -80,8 +83,9 @@ _P_ALLOC, _P_RELEASE, _P_ACTIVE, _P_DURATION, _P_ACTIVE_DURATION, _P_ALLOC_SEQ, 
     range(8)
 )
 _P_FIXED = 8
-# GE pending allocation values: time, seq, size, then payload
-_G_TIME, _G_SEQ, _G_SIZE = range(3)
+# GE pending allocation values: time, seq, size, the seq of the key's first allocation, then payload
+_G_TIME, _G_SEQ, _G_SIZE, _G_FIRST = range(4)
+_G_VALUES = 4
 # GE output rows
 _G_ALLOC, _G_RELEASE, _G_DURATION, _G_SIZE_OUT, _G_ALLOC_SEQ, _G_RELEASE_SEQ = range(6)
 _G_FIXED = 6
@@ -150,7 +154,7 @@ def set_open_pta_payload(state: KeyedState, column: int, values: Int64Array) -> 
 
 def ge_state(payload_width: int = 0, key_width: int = 3) -> KeyedState:
     """State of :func:`match_ge` before the first batch: pending allocations per (operator, addr, device)."""
-    return KeyedState.new(key_width, 3 + payload_width, 5)
+    return KeyedState.new(key_width, _G_VALUES + payload_width, 5)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -300,11 +304,12 @@ def _match_ge(
                 else:
                     put(tkeys, tused, keys, i, slot)
                     size += 1
+                    tvals[_G_FIRST, slot] = base + i
                 tvals[_G_TIME, slot] = times[i]
                 tvals[_G_SEQ, slot] = base + i
                 tvals[_G_SIZE, slot] = amount
                 for p in range(width):
-                    tvals[3 + p, slot] = payload[p, i]
+                    tvals[_G_VALUES + p, slot] = payload[p, i]
                 continue
             if found:
                 _emit_ge(
@@ -319,7 +324,7 @@ def _match_ge(
                     i,
                 )
                 for p in range(width):
-                    out[row + p, n] = tvals[3 + p, slot]
+                    out[row + p, n] = tvals[_G_VALUES + p, slot]
                 remove(tkeys, tvals, tused, slot)
                 size -= 1
                 counts[GE_PAIRED] += 1
@@ -359,7 +364,7 @@ def _drain(
         _copy_keys(out, _G_FIXED, n, tkeys, slot)
         row = _G_FIXED + tkeys.shape[0]
         for p in range(width):
-            out[row + p, n] = tvals[3 + p, slot]
+            out[row + p, n] = tvals[_G_VALUES + p, slot]
             out[row + width + p, n] = 0
         counts[GE_NEVER_FREED] += 1
 
@@ -457,7 +462,7 @@ def match_ge(
     ``state`` is updated in place.
     """
     k, s, t, p = _batch(keys, sizes, times, payload, state, "sizes")
-    width = state.table.values.shape[0] - 3
+    width = state.table.values.shape[0] - _G_VALUES
     if p.shape[0] != width:
         msg = f"payload: expected {width} columns (as the state was made), got {p.shape[0]}"
         raise ValueError(msg)
@@ -467,6 +472,6 @@ def match_ge(
         k, s, t, p, base, table.keys, table.values, table.used, table.size, state.counts, out
     )
     state.table = Table(tk, tv, tu, size)
-    o = _finish(1, width, state, out[:, :n], _G_SEQ, final)
+    o = _finish(1, width, state, out[:, :n], _G_FIRST, final)
     row = _G_FIXED + k.shape[0]
     return GeRows._make([*o[:_G_FIXED], o[_G_FIXED:row], o[row : row + width], o[row + width :]])

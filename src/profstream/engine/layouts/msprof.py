@@ -46,9 +46,15 @@ Choices where the spec leaves room:
   reproduced.
 * operator_memory lists each device's rows in the order msprof's Python calculator appends them: at
   each release, then the allocations never released (the ``memory`` table's GE order,
-  :mod:`~profstream.engine.operators.memory`). A release whose allocation was not captured is a row
-  with a negative Size at its release, as msprof's documentation describes (the Python calculator
-  drops it; msprof_outputs.md §2.8 lists it).
+  :mod:`~profstream.engine.operators.memory`). A release whose allocation was not captured makes no
+  row, as in both of msprof's calculators (msprof_outputs.md §2.8 and msprof's documentation speak of
+  a negative Size). An allocation never released prints ``0.0`` as its Duration and release totals:
+  ``NpuOpMemCalculator`` stores ``NumberConstant.NULL_NUMBER`` (0) there and ``NpuOpMemViewer``
+  rounds it as any other value.
+* npu_module_mem prints an empty module's ``0`` bytes as ``0.0``: msprof's Python viewer rounds only
+  positive sizes and prints the integer ``0`` (``NpuModuleMemViewer._npu_module_mem_reformat``), its
+  C++ assembler ``std::to_string`` of the KB; one cell cannot print both that ``0`` and the ``-1``
+  of a release-only sample, so this is not reproduced.
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ from profstream.engine.layouts._outputs import (
     Output,
     Processes,
     Source,
+    Spool,
     SummaryOutput,
     TimelineOutput,
     after_collection_start,
@@ -89,6 +96,7 @@ from profstream.engine.layouts.timeline import (
 )
 from profstream.engine.operators import pmu
 from profstream.engine.operators.hbm import DIRECTIONS
+from profstream.engine.operators.memory import MODULE_NAMES
 from profstream.engine.operators.settled import SettledLaunches
 from profstream.engine.operators.statistics import (
     COMMUNICATION_TASK_TYPES,
@@ -137,6 +145,11 @@ def scaled(source: Source, divisor: float) -> Callable[[pa.RecordBatch], pa.Arra
         return pc.divide(pc.cast(numbers, pa.float64()), divisor)
 
     return values
+
+
+def zero_if_absent(column: str) -> Callable[[pa.RecordBatch], pa.Array]:
+    """A column with 0 where it has no value."""
+    return lambda batch: pc.fill_null(batch.column(column), 0)
 
 
 def kilobytes(header: str, source: Source, divisor: float = 1024.0, null: str = "N/A") -> Cell:
@@ -515,6 +528,49 @@ def device_type(batch: pa.RecordBatch) -> pa.Array:
     return pc.binary_join_element_wise("NPU:", text(batch.column("device_id")), "")
 
 
+#: npu_module_mem component names back to their module ids (a name msprof lacks is the id itself)
+MODULE_IDS = {name: module for module, name in MODULE_NAMES.items()}
+
+
+def module_keys(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's module id, zero-padded so that the texts sort as the numbers (spool keys)."""
+    component = batch.column("component")
+    if isinstance(component, pa.ChunkedArray):
+        component = component.combine_chunks()
+    if not pa.types.is_dictionary(component.type):
+        component = pc.dictionary_encode(component)
+    ids = [MODULE_IDS[name] if name in MODULE_IDS else int(name) for name in component.dictionary.to_pylist()]
+    return pa.DictionaryArray.from_arrays(component.indices, pa.array([f"{m:010d}" for m in ids]))
+
+
+class ModuleMemory(SummaryOutput):
+    """npu_module_mem: each device's rows by module id, then time, as msprof sorts them (C++
+    ``NpuModuleMemAssembler::AssembleData``; Python ``NpuAiStackMemTableSelector``, ``order by
+    module_id asc, syscnt asc``; the real files in shared/realdata list module after module).
+
+    The rows come in time order with the modules interleaved: each device's rows are spooled, and at
+    the end split into one spool per module (one device's modules open at a time), each module's
+    rows sorted by time as they are read back.
+    """
+
+    def __init__(
+        self, context: Context, name: str | SliceNaming, cells: Sequence[Cell], **kwargs: Any
+    ) -> None:
+        super().__init__(context, "npu_module_mem", name, cells, spool=True, **kwargs)
+
+    def _replay(self) -> Iterator[pa.RecordBatch]:
+        if not isinstance(self._spool, Spool) or self._spool_dir is None:
+            return
+        for device in self._spool.pending():
+            modules = Spool(self._spool_dir, f"module-{device}")
+            for batch in self._spool.read(device):
+                for key, rows in split_by(batch, module_keys(batch)):
+                    modules.write(key, rows)
+            for key in modules.pending():
+                rows = pa.Table.from_batches(list(modules.read(key))).sort_by("time_ns")
+                yield from rows.combine_chunks().to_batches()
+
+
 class StepTraceCsv(SummaryOutput):
     """step_trace_{ts}: one row per iteration, a header with as many Reduce pairs as the busiest
     iteration (§2.4), each row with its own pairs only (module docstring)."""
@@ -675,9 +731,8 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             ],
             fmt=fmt,
         ),
-        SummaryOutput(
+        ModuleMemory(
             context,
-            "npu_module_mem",
             named("npu_module_mem"),
             [
                 device,
@@ -715,11 +770,12 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 Cell("Name", "name"),
                 kilobytes("Size(KB)", "size_bytes"),
                 stamp("Allocation Time(us)", "alloc_ns"),
-                Cell("Duration(us)", "duration_ns", "duration_us"),
+                # never released: msprof's 0 (module docstring)
+                Cell("Duration(us)", zero_if_absent("duration_ns"), "duration_us"),
                 kilobytes("Allocation Total Allocated(KB)", "alloc_total_allocated"),
                 kilobytes("Allocation Total Reserved(KB)", "alloc_total_reserved"),
-                kilobytes("Release Total Allocated(KB)", "release_total_allocated"),
-                kilobytes("Release Total Reserved(KB)", "release_total_reserved"),
+                kilobytes("Release Total Allocated(KB)", zero_if_absent("release_total_allocated")),
+                kilobytes("Release Total Reserved(KB)", zero_if_absent("release_total_reserved")),
                 Cell("Device", device_type),
             ],
             fmt=fmt,

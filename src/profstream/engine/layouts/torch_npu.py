@@ -17,7 +17,8 @@ generation (msprof's current C++ says ``Block Num``). memory_record lists APP ro
 others, each in time order. operator_memory lists the PyTorch allocator's rows first, sorted by
 allocation time as torch_npu sorts its groups (§4b point 4), then GE's with ``cann::`` before their
 names (§4b point 7) in release-time order and with CANN's Duration cell: torch_npu copies CANN's rows as
-they are, and the six real files in shared/realdata list them by release time (rows without one last).
+they are, and the six real files in shared/realdata list them by release time (rows without one last;
+such a row gets CANN's 0.0 Duration and release totals, and its allocation time as Release Time).
 
 Which files exist follows profiler_info.json (``ProfilerConfig``): op_statistic, api_statistic and the
 communication files only at Level1 and Level2 (``LEVEL_PARSER_CONFIG``; the real Level0 directory has
@@ -52,6 +53,7 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.layouts.msprof import (
     L2CacheRows,
+    ModuleMemory,
     TaskRows,
     WaitTime,
     api_statistic_cells,
@@ -218,10 +220,27 @@ def _is_ge(batch: pa.RecordBatch) -> pa.Array:
     return pc.cast(is_ge, pa.bool_()) if pa.types.is_dictionary(is_ge.type) else is_ge
 
 
-def _operator_memory_order(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The rows with :data:`MEMORY_ORDER`: allocation time for PyTorch's rows, release time for GE's."""
-    order = pc.if_else(_is_ge(batch), batch.column("release_ns"), batch.column("alloc_ns"))
-    return batch.append_column(MEMORY_ORDER, order)
+def _operator_memory_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The rows with :data:`MEMORY_ORDER` (allocation time for PyTorch's rows, release time for GE's),
+    and a GE allocation never released as torch_npu reads CANN's row: msprof prints 0.0 as its
+    Duration and release totals (:mod:`~profstream.engine.layouts.msprof`), a non-empty Duration,
+    so ``GeOpMemoryBean.release_time`` gives the allocation time plus 0."""
+    ge = _is_ge(batch)
+    release = batch.column("release_ns")
+    batch = batch.append_column(MEMORY_ORDER, pc.if_else(ge, release, batch.column("alloc_ns")))
+    unreleased = pc.and_(ge, pc.is_null(release))
+    if not pc.any(unreleased).as_py():
+        return batch
+    filled = {
+        "release_ns": batch.column("alloc_ns"),
+        "duration_ns": pa.scalar(0, pa.int64()),
+        "release_total_allocated": pa.scalar(0, pa.int64()),
+        "release_total_reserved": pa.scalar(0, pa.int64()),
+    }
+    for name, value in filled.items():
+        index = batch.schema.get_field_index(name)
+        batch = batch.set_column(index, name, pc.if_else(unreleased, value, batch.column(index)))
+    return batch
 
 
 def _operator_memory_duration(batch: pa.RecordBatch) -> pa.Array:
@@ -391,7 +410,7 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
                 Cell("Device Type", "device_type", null=""),
             ],
             key=_first_then_others("source", "PTA"),
-            rows=_operator_memory_order,
+            rows=_operator_memory_rows,
             order=MEMORY_ORDER,
             line_end=CRLF,
         ),
@@ -409,9 +428,8 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
             key=_first_then_others("component", "APP"),
             line_end=CRLF,
         ),
-        SummaryOutput(
+        ModuleMemory(
             context,
-            "npu_module_mem",
             "npu_module_mem.csv",
             [
                 Cell("Component", "component"),

@@ -27,10 +27,12 @@ negative one as a FREE.
 **GE operator memory** (cann_raw_formats.md §2.9 ``task_memory_info``; msprof
 ``analysis/mscalculate/npu_mem/npu_op_mem_calculator.py``): records whose ``data_len`` is below the
 48-byte payload are dropped as msprof's C++ parser does (counted); the rest pair per (op name hash,
-addr, device type, device id) through :func:`~profstream.engine.kernels.memory.match_ge`. The
-documented negative and empty values are kept: a release without its allocation (allocated before
-the collection) is a row with a negative size and no allocation time; an allocation never released
-is a row without release columns. GE rows have no active columns; names are the hash dictionary's
+addr, device type, device id) through :func:`~profstream.engine.kernels.memory.match_ge`. A release
+without its allocation (allocated before the collection) makes no row: msprof's Python calculator
+and its C++ one (``csrc/domain/services/modeling/npu_op_mem_calculator.cpp``) both skip it, though
+msprof's documentation speaks of negative sizes (counted). An allocation never released is a row
+without release columns (msprof's Python stores 0 there, which its viewer prints; the layouts' job).
+GE rows have no active columns; names are the hash dictionary's
 (torch_npu prefixes them with ``cann::``; that is the layout's job). Every record also makes a GE
 ``memory_record`` row (its totals; no active total, which torch_npu prints as 0).
 
@@ -41,8 +43,12 @@ rows before the rest of its file; holding the rest back for that would need the 
 rows stay in time order here and a layout that wants torch_npu's order writes the APP rows (also the
 ``npu_mem`` table's APP rows) first. Each PTA row of the caching allocator is followed by a ``PTA+GE``
 row (its totals plus the latest GE record of the device; its stream); each GE row by a ``PTA+GE``
-row (its totals plus the latest PTA record of the device; the PTA stream). Workspace-allocator
-records (``component_type`` 1) are ``WORKSPACE`` rows: no companion, never the latest PTA.
+row (its totals plus the latest PTA record of the device; the PTA stream; a GE record's active
+total counts as 0, as ``GeMemoryRecordBean.total_active`` gives it, so the row's active total is the
+PTA record's, or 0 before any). Workspace-allocator records (``component_type`` 1) are ``WORKSPACE``
+rows: no companion, never the latest PTA. That is torch_npu's db path
+(``prof_db_parse/_memory_db_parser.py``); the text path of the version read
+(``_memory_view_parser.py``, ``MemoryUseBean.row``) writes them as ``PTA`` rows with companions.
 
 **Device samples** (:class:`NpuMemory`, cann_raw_formats.md §2.11, msprof_outputs.md §2.8): the raw
 ``npu_mem`` feed becomes ``npu_mem`` rows (event 0 APP, 1 Device); the raw ``npu_module_mem`` feed
@@ -61,9 +67,9 @@ PyTorch ``memory`` rows come in the order their group closes (sorted by allocati
 batch); GE rows in the order of their release records, which is the order msprof's Python calculator
 appends them in (``NpuOpMemCalculator._calc_operator_memory``) and torch_npu copies, and which, unlike
 a sort within each batch, does not depend on where batches end. Allocations never released come out
-at :meth:`Memory.finish`, in allocation order. A watermark step or the end releases its records in
-slices of about ``EMIT_RECORDS`` (one batch each), so a whole reorder window never turns into rows at
-once.
+at :meth:`Memory.finish`, in the order their keys were first allocated (msprof's dict order). A
+watermark step or the end releases its records in slices of about ``EMIT_RECORDS`` (one batch each),
+so a whole reorder window never turns into rows at once.
 """
 
 from __future__ import annotations
@@ -603,10 +609,11 @@ class Memory(Operator):
             final=final,
         )
         self._ge_base += rows(ge)
+        allocated = found.alloc_seq != NO_SEQ  # a release without its allocation makes no row
+        found = kernels.GeRows._make(c[..., allocated] for c in found)
         op, device = found.keys[0], found.keys[3]
         ids = pa.array(op.view(np.uint64))
         names = resolve(ids, self.hashes) if self.hashes is not None else pc.cast(ids, pa.string())
-        allocated = found.alloc_seq != NO_SEQ
         released = found.release_seq != NO_SEQ
         return conform(
             TABLES["memory"],
@@ -615,11 +622,11 @@ class Memory(Operator):
                 "source": _labels(np.ones(len(found.alloc_time), np.int64), ("PTA", "GE")),
                 "name": names,
                 "size_bytes": found.size,
-                "alloc_ns": nullable(found.alloc_time),
+                "alloc_ns": found.alloc_time,
                 "release_ns": nullable(found.release_time),
                 "duration_ns": nullable(found.duration),
-                "alloc_total_allocated": nullable(np.where(allocated, found.alloc_payload[0], NULL)),
-                "alloc_total_reserved": nullable(np.where(allocated, found.alloc_payload[1], NULL)),
+                "alloc_total_allocated": found.alloc_payload[0],
+                "alloc_total_reserved": found.alloc_payload[1],
                 "release_total_allocated": nullable(np.where(released, found.release_payload[0], NULL)),
                 "release_total_reserved": nullable(np.where(released, found.release_payload[1], NULL)),
                 "device_type": _device_tags(device),
@@ -691,6 +698,8 @@ class Memory(Operator):
                 carried = find(getattr(self, last)["device"], np.full(rows_.size, device, np.int64))
                 partner = _partner(merged, latest, getattr(self, last), carried)
                 own_values = take(merged, rows_)
+                if own == GE:  # torch_npu counts a GE record's active total as 0 (GeMemoryRecordBean)
+                    own_values["active"] = np.zeros(rows_.size, np.int64)
                 for name in ("allocated", "reserved", "active"):
                     out[name][rows_] = np.where(
                         partner["found"] == 0,
@@ -758,7 +767,13 @@ class Memory(Operator):
             "ge_zero_size": int(ge[kernels.GE_ZERO_SIZE]),
             "ge_never_released": int(ge[kernels.GE_NEVER_FREED]),
         }
-        lost = ("pta_frees_without_malloc", "ge_allocations_replaced", "ge_zero_size", "ge_short_records")
+        lost = (
+            "pta_frees_without_malloc",
+            "ge_releases_without_allocation",
+            "ge_allocations_replaced",
+            "ge_zero_size",
+            "ge_short_records",
+        )
         level = self._log.warning if any(counts[k] for k in (*lost, "unnamed")) else self._log.info
         level(events.RECORDS_UNMATCHED, **counts)
 
