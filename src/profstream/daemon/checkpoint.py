@@ -68,9 +68,10 @@ class Gap(msgspec.Struct, frozen=True):
 #: Overlap keeps the first torch op's start; 9: the PythonTracer and GcRecords operators of a collection
 #: with torch.python_tracer_func / torch.gc_record, and FrameworkSteps' kernels waiting for their flows;
 #: 10: the settled-launch stores at their held integer widths, validity only where a null came; 11:
-#: CommAnalysis holds each batch with its arrival), so that another version refuses a checkpoint
-#: instead of misreading it
-STATE_FORMAT = 11
+#: CommAnalysis holds each batch with its arrival; 12: Memory's open GE allocations keep the sequence
+#: number of their key's first allocation), so that another version refuses a checkpoint instead of
+#: misreading it
+STATE_FORMAT = 12
 
 
 #: the codec of the operator states in the daemon's snapshots (Arrow's zstd): the state of a 1 GB
