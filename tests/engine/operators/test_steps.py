@@ -217,6 +217,24 @@ def test_an_iteration_with_start_equal_to_end_is_dropped_alone() -> None:
     assert any(e.get("reason") == "iteration with start == end" for e in logs)
 
 
+def test_a_record_repeated_exactly_counts_once() -> None:
+    # msprof reads the step-trace table with select DISTINCT: the repeated tag 4 at 200 is one record,
+    # so iteration 2 is 200..300 (not a dropped 200..200 that would make the next one iteration 3)
+    tags = m((100, 0), (150, 2), (200, 4), (200, 4), (250, 2), (300, 4), (350, 2), (400, 4))
+    with capture_logs() as logs:
+        rows = run_tags(tags)
+    assert model_rows(rows) == [
+        (1, 1, 100, 200, 150, None, None),
+        (1, 2, 200, 300, 250, None, 50),
+        (1, 3, 300, 400, 350, None, 50),
+    ]
+    assert not any(e.get("reason") == "iteration with start == end" for e in logs)
+    # the same tag on another stream is another record
+    two = [*m((100, 0), (150, 10000), (200, 4)), (150, 10000, 1, 5, 0), *m((160, 10001), (300, 4))]
+    (first, _) = sorted((r for r in run_tags(two) if r["kind"] == "model"), key=lambda r: r["end_ns"])
+    assert sorted(first["reduce_start_ns"]) == [150, 150]
+
+
 def test_rows_are_emitted_when_they_close_and_data_aug_waits_for_earlier_ends() -> None:
     op = Steps(0)
     op.push(TS, tag_batch(m((10, 0), (20, 2), (50, 4))))
@@ -278,6 +296,7 @@ def test_unknown_source_is_refused() -> None:
 def msprof_rows(records: Sequence[Tag], step_records: Sequence[Tag] = ()) -> list[dict[str, Any]]:
     """msprof's one-shot step-trace tables for ``records`` (tags 0..4 and all-reduce) of any models."""
     rows: list[dict[str, Any]] = []
+    records = list(dict.fromkeys(records))  # select DISTINCT
     for model in sorted({r[2] for r in records}):
         mine = sorted((r for r in records if r[2] == model), key=lambda r: r[0])
         rows += _machine(model, _reorder(mine))
@@ -387,13 +406,14 @@ TAGS = [0, 1, 2, 3, 4, 10000, 10001, 10002, 10003]
 
 @st.composite
 def tag_sequences(draw: st.DrawFn) -> tuple[list[Tag], list[Tag], list[int]]:
-    """Tags of two models with distinct times, step tags, and cut points for batches."""
+    """Tags of two models with distinct times (a few repeated exactly), step tags, and cut points."""
     n = draw(st.integers(0, 40))
     times = np.cumsum(draw(st.lists(st.integers(1, 5), min_size=n, max_size=n))).tolist()
     records = [
         (t, draw(st.sampled_from(TAGS)), draw(st.sampled_from([1, 2])), draw(st.sampled_from([5, 6])), 0)
         for t in times
     ]
+    records += [records[i] for i in draw(st.lists(st.integers(0, n - 1), max_size=3))] if n else []
     steps: list[Tag] = []
     for index in range(draw(st.integers(0, 3))):
         start = draw(st.integers(0, 200)) * 2 + 1  # odd times: never equal to a tag time
@@ -401,7 +421,7 @@ def tag_sequences(draw: st.DrawFn) -> tuple[list[Tag], list[Tag], list[int]]:
             (start, 60000, 7, 2, index + 1),
             (start + draw(st.integers(1, 50)) * 2, 60001, 7, 2, index + 1),
         ]
-    cuts = sorted(draw(st.lists(st.integers(0, n + len(steps)), max_size=4)))
+    cuts = sorted(draw(st.lists(st.integers(0, len(records) + len(steps)), max_size=4)))
     return records, steps, cuts
 
 

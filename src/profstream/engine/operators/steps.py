@@ -12,17 +12,17 @@ start, odd end, paired per stream), 60000/60001 step start/end. Rows of ``kind``
 
 * ``model``: the iterations of each model id, from msprof's reorder + state machine (AM
   ``mscalculate/step_trace/create_step_table.py`` ``StepTracePreProcess``,
-  ``tag_handler/state_machine/iter_state.py``, ``tag_handler/iter_info_handler.py``). Per model,
-  records in time order pass a reorder queue that regroups the interleaved tags of pipelined
-  iterations: a tag 0 opens an entry; tags 2, 3, 4 join the first entry whose last tag is smaller
-  (else open one); an all-reduce tag joins the first entry not yet closed by a 4 (else it is
-  lost); a tag 1 releases the entries up to the second one headed by a tag 0, then itself. The
-  released records drive the machine: from "model end" (the initial state) a 0 opens an iteration;
-  from "model start" a 1 closes it and a 4 closes it and opens the next at the same time (loop
-  sink); from "iteration end" a 4 does the same and a 0 re-opens the current iteration at its own
-  time (dropping what the loop-sink opening collected); every other transition is ignored (a 1
-  after a 4 does nothing). Iteration ids count from 1 per model; FP / BP are the last tag 2 / 3 of
-  the iteration; all-reduce pairs are listed stream by stream in first-seen order.
+  ``tag_handler/state_machine/iter_state.py``, ``tag_handler/iter_info_handler.py``). A record repeated
+  exactly (time, tag, model, index and stream id) counts once, as msprof reads the table with ``select
+  DISTINCT``. Per model, records in time order pass a reorder queue that regroups the interleaved tags of
+  pipelined iterations: a tag 0 opens an entry; tags 2, 3, 4 join the first entry whose last tag is smaller
+  (else open one); an all-reduce tag joins the first entry not yet closed by a 4 (else it is lost); a tag 1
+  releases the entries up to the second one headed by a tag 0, then itself. The released records drive the
+  machine: from "model end" (the initial state) a 0 opens an iteration; from "model start" a 1 closes it and
+  a 4 closes it and opens the next at the same time (loop sink); from "iteration end" a 4 does the same and
+  a 0 re-opens the current iteration at its own time (dropping what the loop-sink opening collected); every
+  other transition is ignored (a 1 after a 4 does nothing). Iteration ids count from 1 per model; FP / BP
+  are the last tag 2 / 3 of the iteration; all-reduce pairs are listed stream by stream in first-seen order.
 * ``step``: one row per ``index_id`` from its 60000 and 60001 records (msprof ``CreateStepTime``),
   iteration id = index id, no FP/BP.
 * ``model`` rows with a null model id from legacy ``training_trace`` records (MindInsight's
@@ -289,8 +289,8 @@ class Steps(Operator):
     def _process(self, records: I64) -> None:
         if not records.shape[1]:
             return
-        order = np.argsort(records[_TIME], kind="stable")
-        for time, source, tag, model_id, index, stream in records[:, order].T.tolist():
+        records = _distinct(records[:, np.argsort(records[_TIME], kind="stable")])
+        for time, source, tag, model_id, index, stream in records.T.tolist():
             if source == _LEGACY:
                 self._legacy(time, tag, stream)
             elif tag >= STEP_START:
@@ -518,6 +518,17 @@ def _collect(it: _Open, time: int, tag: int, stream: int, counts: dict[str, int]
         it.bp = time
     elif tag in REDUCE_TAGS and not it.add_reduce(stream, time, opens=tag % 2 == 0):
         count(counts, "all-reduce end without a start")
+
+
+def _distinct(records: I64) -> I64:
+    """``records`` without repeats of an earlier ts_track record (every field equal): msprof reads the
+    step-trace table with ``select DISTINCT`` (``StepTableBuilder._get_step_data``,
+    ``TsTrackModel.get_step_trace_with_tag``). Legacy records are all kept."""
+    ts = np.flatnonzero(records[_SOURCE] == _TS_TRACK)
+    _, first = np.unique(records[:, ts], axis=1, return_index=True)
+    keep = records[_SOURCE] != _TS_TRACK
+    keep[ts[first]] = True
+    return records if keep.all() else records[:, keep]
 
 
 def _stack(columns: Sequence[Any], n: int) -> I64:
