@@ -394,3 +394,31 @@ def test_torch_npu_operator_memory_reads_an_unreleased_ge_row_as_torch_npu_reads
         ("1000.000\t", "1106.430\t", "106.43", "0.5"),
         ("2000.000\t", "2000.000\t", "0.0", "0.0"),
     ]
+
+
+def test_msprof_step_trace_lists_the_60000_steps_among_the_iterations(tmp_path: Path) -> None:
+    """msprof's training_trace table gets a row per 60000/60001 step
+    (``CreateTrainingTrace.update_step_time``: FP, BP, FP to BP and refresh 0, data aug 0, all printed
+    ``N/A`` by ``get_step_trace_data``), rows in step-end order (``update_data_aug`` sorts by step end)."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("steps",)]
+    batch = schema.conform(
+        schema.TABLES["steps"],
+        {
+            "device_id": pa.array([0, 0], pa.int32()),
+            "kind": pa.array(["model", "step"]),
+            "model_id": pa.array([1, 4294967295]),
+            "iteration_id": pa.array([1, 3]),
+            "start_ns": pa.array([9000, 1000]),
+            "end_ns": pa.array([15000, 7500]),
+            "fp_ns": pa.array([10000, None]),
+            "bp_ns": pa.array([14000, None]),
+            "data_aug_ns": pa.array([2500, None]),
+            "reduce_start_ns": pa.array([[], []], pa.list_(pa.int64())),
+            "reduce_end_ns": pa.array([[], []], pa.list_(pa.int64())),
+        },
+    )
+    output.write("steps", batch)
+    [path] = output.close()
+    _, step, model = path.read_text().splitlines()
+    assert step.split(",") == ["0", "3", "N/A", "N/A", "7.500\t", "6.5", "N/A", "N/A", "N/A", "4294967295"]
+    assert model.split(",")[:2] == ["0", "1"]

@@ -36,14 +36,16 @@ Choices where the spec leaves room:
   shows (``0``; a 310B, so msprof's Python path); the C++ path writes ``host``.
 * communication_statistic is not written for a device none of whose communication ops has a type
   (:func:`communication_statistic_rows`), as msprof writes none then.
-* step_trace spools its rows (one per iteration) until close and reads them back at once there,
-  because the number of Reduce column pairs is the largest count in any iteration (§2.4). A row
-  with fewer Reduce pairs ends after its own: msprof's Python appends each iteration's pairs to its
-  row and writes the rows as they are (``StepTraceViewer._reformat_step_trace_data``,
-  ``msvp_common.create_csv_writer``; in ``--format json`` the missing keys are absent, as
-  ``create_json`` zips the header with the shorter row). The C++ path pads such a row with one
-  ``N/A`` per missing pair (``SummaryStepTraceAssembler::AssembleStepTraceData``); that is not
-  reproduced.
+* step_trace lists the model iterations and the 60000/60001 steps (FP, BP and the durations from them
+  ``N/A``) in step-end order, as msprof's ``training_trace`` table holds both
+  (``CreateTrainingTrace.update_step_time``, ``update_data_aug``). It spools its rows until close and
+  reads them back at once there, because the number of Reduce column pairs is the largest count in any
+  iteration (§2.4). A row with fewer Reduce pairs ends after its own: msprof's Python appends each
+  iteration's pairs to its row and writes the rows as they are
+  (``StepTraceViewer._reformat_step_trace_data``, ``msvp_common.create_csv_writer``; in ``--format
+  json`` the missing keys are absent, as ``create_json`` zips the header with the shorter row). The C++
+  path pads such a row with one ``N/A`` per missing pair
+  (``SummaryStepTraceAssembler::AssembleStepTraceData``); that is not reproduced.
 * operator_memory lists each device's rows in the order msprof's Python calculator appends them: at
   each release, then the allocations never released (the ``memory`` table's GE order,
   :mod:`~profstream.engine.operators.memory`). A release whose allocation was not captured makes no
@@ -588,10 +590,12 @@ class StepTraceCsv(SummaryOutput):
         )
 
     def _iterations(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Model iterations, less those before the collection start (``get_step_trace_summary``)."""
-        model = pc.equal(text(batch.column("kind")), "model")
+        """Model iterations and 60000/60001 steps, less those before the collection start
+        (``get_step_trace_summary``): msprof's ``training_trace`` table holds both, the steps
+        appended by ``CreateTrainingTrace.update_step_time`` with FP and BP 0, printed ``N/A``."""
+        kind = pc.is_in(text(batch.column("kind")), pa.array(["model", "step"]))
         started = pa.array(after_collection_start(batch, self.context.collection_start_ns))
-        return batch.filter(pc.and_(model, started))
+        return batch.filter(pc.and_(kind, started))
 
     def _replay(self) -> Iterator[pa.RecordBatch]:
         """Every iteration read back at once: the columns depend on the busiest one."""
