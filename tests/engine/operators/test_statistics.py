@@ -239,6 +239,27 @@ def test_comm_statistic_per_op_type_with_ratio_over_all_ops() -> None:
     _snapshot_round_trip(lambda: CommStatistic(DEVICE), batches)
 
 
+def test_comm_statistic_breaks_a_total_tie_by_max_time() -> None:
+    """msprof's Python: the HcclOpReport table by Max descending (``HcclCalculator._create_report``),
+    re-sorted stably by Total descending (``ReportHcclStatisticData.report_hccl_op``)."""
+    comm = at("comm", DEVICE)
+    batch = _comm(
+        [
+            ("hcom_allGather_", 0, 1500),
+            ("hcom_allReduce_", 2000, 2500),
+            ("hcom_allGather_", 3000, 4500),
+            ("hcom_allReduce_", 5000, 7500),  # total 3000 as allGather's, but max 2500 > 1500
+            ("hcom_send_", 8000, 8100),
+        ]
+    )
+    rows = _run(CommStatistic(DEVICE), [(comm, batch)])
+    assert [(r["op_type"], r["total_ns"], r["max_ns"]) for r in rows] == [
+        ("hcom_allReduce_", 3000, 2500),
+        ("hcom_allGather_", 3000, 1500),
+        ("hcom_send_", 100, 100),
+    ]
+
+
 def _api(rows: list[tuple[str, str, str | None, int, int]]) -> pa.RecordBatch:
     """API batch from (level, name, struct_type, start, end)."""
     return schema.conform(

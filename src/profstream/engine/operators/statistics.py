@@ -23,7 +23,10 @@ Choices where msprof is unclear or its implementations differ:
   The real export in ``realdata/msinsight-torchnpu-910b`` confirms the ``HCCL`` exclusion: its
   ratios only add up without the HCCL rows (tests/golden/test_realdata.py).
 * Ties in Total Time: msprof sorts with an unstable ``std::sort``; here ties keep key order
-  (op type, core type), which is what the C++ sort receives.
+  (op type, core type), which is what the C++ sort receives. communication_statistic breaks a tie
+  by Max Time descending, as msprof's Python does (the ``HcclOpReport`` table is written by Max
+  descending, ``HcclCalculator._create_report``, and sorted stably by Total), then by op type where
+  the Python keeps the order the op types first ran in.
 * api_statistic: the API name is the ``name`` column for the ``acl`` and ``communication`` levels
   and the ``struct_type`` column for the others (``ApiProcessor::FormatData``: ``id`` for acl,
   item id for HCCL node level, struct type otherwise), falling back to ``name`` when the struct
@@ -348,7 +351,9 @@ class CommStatistic(_Aggregate):
 
     def _table(self) -> pa.RecordBatch:
         stats = self._groups.stats
-        rows = _by_total(stats.items())
+        # msprof's Python writes the op types by Max descending (HcclCalculator._create_report), then
+        # sorts them stably by Total descending (ReportHcclStatisticData.report_hccl_op)
+        rows = sorted(_by_total(stats.items()), key=lambda kv: (-kv[1].total, -kv[1].high))
         return schema.conform(
             schema.TABLES["comm_statistic"],
             {
