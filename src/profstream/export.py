@@ -26,7 +26,8 @@ pipeline ends, and all rename them together. With ``processes`` 1 everything run
 pipeline of the step tables); the window is from the end of the last iteration (of any model) that
 ended before the first selected one started, or the start of the data, to the end of the last
 selected iteration. Rows whose time falls in the window are exported; the statistics are recomputed
-from the windowed tasks, API calls and communication ops. Model id 4294967295 selects framework steps
+from the windowed tasks, API calls and communication ops. The msprof step_trace summary keeps every
+iteration, as msprof's does (an output's ``windowed``). Model id 4294967295 selects framework steps
 (torch_npu's ProfilerStep, else the 60000/60001 step markers). HBM samples are windowed as the memory
 samples are, so hbm csv averages the window (msprof's Python averages the whole run whatever the
 iteration; a choice for one consistent window).
@@ -232,19 +233,21 @@ class Router:
         table = stream.partition("@")[0]
         if table not in self._by_table and table not in self.statistics:
             return  # read by outputs in the other process of a shared part (_Part.shared), which counts it
+        whole = batch
         if self.window is not None and table in TIME_OF:
             low, high = self.window
             times = batch.column(TIME_OF[table])
             inside = pc.and_(pc.greater_equal(times, low), pc.less_equal(times, high))
             batch = batch.filter(pc.fill_null(inside, True))
         self._count(table, batch)
-        if not batch.num_rows:
-            return
-        for op in self.statistics.get(table, ()):
-            if stream in op.inputs:  # a device's aggregator takes only its device's batches
-                op.push(stream, batch)
+        if batch.num_rows:
+            for op in self.statistics.get(table, ()):
+                if stream in op.inputs:  # a device's aggregator takes only its device's batches
+                    op.push(stream, batch)
         for output in self._by_table.get(table, ()):
-            output.write(table, batch)
+            rows = batch if output.windowed else whole
+            if rows.num_rows:
+                output.write(table, rows)
 
     def _count(self, table: str, batch: pa.RecordBatch) -> None:
         """Rows per canonical table; op_summary's merged rows count as the tasks and communication

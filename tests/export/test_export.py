@@ -473,6 +473,22 @@ def test_a_framework_step_selects_only_its_tasks(torch_run: Run, tmp_path: Path)
     assert len(written) == len(expected)
 
 
+def test_an_iteration_selection_keeps_every_iteration_in_step_trace(graph_run: Run, tmp_path: Path) -> None:
+    """msprof's step_trace summary reads the whole training_trace table whatever the iteration
+    (``MsProfExportDataUtils._get_step_trace_data``, ``StepTraceViewer.get_step_trace_summary``); the
+    tasks are windowed to the iteration."""
+    export(graph_run.raw, kind="summary", output=tmp_path, selection=Selection(model_id=1, iteration_id=2))
+    out = tmp_path / "mindstudio_profiler_output"
+    steps = rows(one(out, "step_trace_*.csv"))
+    # each iteration, then the 60000/60001 step of the same index that ends just after it
+    assert [(r["Device_id"], r["Iteration ID"], r["FP Start(us)"] == "N/A") for r in steps] == [
+        (d, i, step) for d in ("0", "1") for i in ("1", "2", "3") for step in (False, True)
+    ]
+    export(graph_run.raw, kind="summary", output=tmp_path / "all")
+    all_tasks = rows(one(tmp_path / "all" / "mindstudio_profiler_output", "op_summary_*.csv"))
+    assert 0 < len(rows(one(out, "op_summary_*.csv"))) < len(all_tasks)
+
+
 def test_an_iteration_the_data_lacks_is_a_clear_error(graph_run: Run, tmp_path: Path) -> None:
     with pytest.raises(IterationError, match=r"out of range; it has 1\.\.3"):
         export(

@@ -147,6 +147,8 @@ class Output(ABC):
     """One output of a layout: the canonical tables it reads, and the files it writes."""
 
     tables: tuple[str, ...]
+    #: whether an iteration selection's time window (``--model-id/--iteration-id``) limits its rows
+    windowed: bool = True
 
     @abstractmethod
     def write(self, table: str, batch: pa.RecordBatch) -> None:

@@ -575,7 +575,12 @@ class ModuleMemory(SummaryOutput):
 
 class StepTraceCsv(SummaryOutput):
     """step_trace_{ts}: one row per iteration, a header with as many Reduce pairs as the busiest
-    iteration (§2.4), each row with its own pairs only (module docstring)."""
+    iteration (§2.4), each row with its own pairs only (module docstring). Every iteration of the run,
+    whatever ``--model-id/--iteration-id`` select: msprof's ``StepTraceViewer.get_step_trace_summary``
+    reads the device's whole ``training_trace`` table (``MsProfExportDataUtils._get_step_trace_data``
+    passes it no iteration)."""
+
+    windowed = False
 
     def __init__(self, context: Context, fmt: Format) -> None:
         suffix = f".{fmt}"
