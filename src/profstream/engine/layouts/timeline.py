@@ -28,14 +28,17 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   Python ``MsprofTimeline.is_in_iteration``); flows follow their tasks. The CANN layer is drawn whole:
   Python filters it by its own rule (``ApiViewer._filter_api_data``) and draws it only without device data.
 
-Choices: a Communication group's thread is ``100 * k`` for the ``k``-th group seen on a device
-and its planes ``100 * k + plane + 1`` (msprof numbers them consecutively after counting planes,
-which a stream does not know in advance; viewers only show the names). The Step Trace layer
-draws the iteration, FP_BP, Iteration Refresh and Reduce slices, and the Data_aug Bound flow pair where
-msprof's Python draws it (§3.6). HostToDevice flows start at the launching API on the CANN layer and end
-where msprof's C++ ends them (:mod:`~profstream.engine.operators.launches`): on a task with an op name
-(not an HCCL task), on every MEMCPY_ASYNC task, and on each communication op at its start on its group
-thread. torch_npu's ``async_npu`` flows end on the same events.
+Choices: a Communication group's thread is ``100 * k`` for the ``k``-th group seen on a device and its
+planes ``100 * k + plane + 1`` (msprof numbers them consecutively after counting planes, which a stream
+does not know in advance; viewers only show the names). The Step Trace layer draws the iteration, FP_BP,
+Iteration Refresh and Reduce slices, and the Data_aug Bound flow pair where msprof's Python draws it
+(§3.6); a 60000/60001 step is an iteration slice (FP and BP ``N/A``), as both msprof paths draw every row
+of the ``training_trace`` table (``StepTraceViewer.get_step_trace_timeline``,
+``StepTraceAssembler::GenerateTrainTrace``), where ``CreateTrainingTrace.update_step_time`` put them.
+HostToDevice flows start at the launching API on the CANN layer and end where msprof's C++ ends them
+(:mod:`~profstream.engine.operators.launches`): on a task with an op name (not an HCCL task), on every
+MEMCPY_ASYNC task, and on each communication op at its start on its group thread. torch_npu's
+``async_npu`` flows end on the same events.
 """
 
 from __future__ import annotations
@@ -391,13 +394,13 @@ class OverlapAnalysis(_Layer):
 
 
 class StepTrace(_Layer):
-    """Model iterations on the Step Trace threads of Ascend Hardware (§3.6)."""
+    """Model iterations and 60000/60001 steps on the Step Trace threads of Ascend Hardware (§3.6)."""
 
     table = "steps"
     span = ("start_ns", "end_ns")
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
-        iterations = batch.filter(pc.equal(text(batch.column("kind")), "model"))
+        iterations = batch.filter(pc.is_in(text(batch.column("kind")), pa.array(["model", "step"])))
         for device, rows in per_device(iterations) if iterations.num_rows else ():
             yield from self._device(device, rows)
 
