@@ -48,6 +48,10 @@ Choices where msprof is odd or unbounded, documented here and tested:
   inside the extraction loop); here only that iteration is dropped (counted).
 * The last open iteration of each model is dropped at the end, as msprof's ``get_data`` does;
   counted.
+* A ``step`` row pairs an index id's first 60000 with the next 60001 of that id; a second 60000
+  while it is open is skipped (counted). msprof (``CreateStepTime.extract_data``) makes a row only of
+  an index id with exactly two distinct records in the whole run, its earlier as start and later as
+  end, which needs the end of the data to know. The two agree when an id has one of each.
 * GetNext tags (20000..59999) are not kept: the ``steps`` schema has no column for them and they do
   not influence iterations in msprof. mstx marks (tag 11) and undocumented tags are skipped: msprof
   queues a tag 11 as a reorder entry that can swallow every later all-reduce tag of its model, and
