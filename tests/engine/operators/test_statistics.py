@@ -229,12 +229,14 @@ def test_comm_statistic_per_op_type_with_ratio_over_all_ops() -> None:
         (comm, _comm([("hcom_allReduce_", 0, 1000), ("hcom_broadcast_", 1000, 1500)])),
         (comm, _comm([("hcom_allReduce_", 2000, 5000), ("hcom_broadcast_", 10, 20)])),
     ]
-    rows = _run(CommStatistic(DEVICE, start_ns=15), batches)  # the op starting at 10 is before the start
+    # the collection starts at 25: the op 10..20 ended before it; the op 0..1000 runs across it and
+    # counts whole (generate_op_report_data / GenerateOpReportData skip only ops ending before it)
+    rows = _run(CommStatistic(DEVICE, start_ns=25), batches)
     assert [(r["op_type"], r["count"], r["total_ns"], r["min_ns"], r["max_ns"]) for r in rows] == [
-        ("hcom_allReduce_", 1, 3000, 3000, 3000),
+        ("hcom_allReduce_", 2, 4000, 1000, 3000),
         ("hcom_broadcast_", 1, 500, 500, 500),
     ]
-    assert rows[0]["ratio"] == pytest.approx(3000 * 100 / 3500)
+    assert rows[0]["ratio"] == pytest.approx(4000 * 100 / 4500)
     assert rows[0]["device_id"] == DEVICE
     _snapshot_round_trip(lambda: CommStatistic(DEVICE), batches)
 

@@ -26,7 +26,8 @@ Choices where msprof is unclear or its implementations differ:
   (op type, core type), which is what the C++ sort receives. communication_statistic breaks a tie
   by Max Time descending, as msprof's Python does (the ``HcclOpReport`` table is written by Max
   descending, ``HcclCalculator._create_report``, and sorted stably by Total), then by op type where
-  the Python keeps the order the op types first ran in.
+  the Python keeps the order the op types first ran in (later versions sort the op types in that
+  order by Total alone, ``generate_op_report_data``).
 * api_statistic: the API name is the ``name`` column for the ``acl`` and ``communication`` levels
   and the ``struct_type`` column for the others (``ApiProcessor::FormatData``: ``id`` for acl,
   item id for HCCL node level, struct type otherwise), falling back to ``name`` when the struct
@@ -46,10 +47,12 @@ Choices where msprof is unclear or its implementations differ:
   api_statistic APIs that end at or after it (``FilterDataByStartTime`` in ``api_processor.cpp``; the
   plan gives it none, as msprof's Python all-export filters nothing:
   ``MsprofIteration.get_condition_within_iteration`` is empty), communication_statistic ops that
-  start at or after it. msprof (``HcclCalculator._get_hccl_op_report_data``; C++ alike) filters the
-  op's master-stream *tasks* instead (timestamp >= S) and spans an op over the tasks it kept, so an
-  op running across S counts there, from its first task at or after S; here it is left out (a
-  ``comm`` row keeps only its whole span). Only an op in flight at the collection start differs.
+  end at or after it, with their whole span. msprof's versions differ here: the one the spec pins
+  (``HcclCalculator._get_hccl_op_report_data``, C++ ``GetHcclStatisticsData``) filters the op's
+  master-stream *tasks* (timestamp >= S) and spans an op over the tasks it kept, so an op running
+  across S counts from its first task at or after S; later ones (``generate_op_report_data``, C++
+  ``GenerateOpReportData``) skip an op that ends before S and count the others whole, as here. Only
+  an op in flight at the collection start differs.
 * Task Wait Time restarts at 0 on each device (msprof's Python writes one table per device); the
   C++ reads code as not resetting at device boundaries (§2.1), which only matters when one file
   holds several devices.
@@ -336,8 +339,8 @@ class CommStatistic(_Aggregate):
     """Per-device communication_statistic: ``comm@d`` -> ``comm_statistic@d`` grouped by op type.
 
     Each ``comm`` row is one op instance (msprof's (op name, first timestamp, op type) group, whose
-    duration is last task end minus first task start). ``start_ns``: the collection start; earlier
-    ops are left out.
+    duration is last task end minus first task start). ``start_ns``: the collection start; ops that
+    end before it are left out.
     """
 
     def __init__(self, device_id: int, *, start_ns: int | None = None) -> None:
@@ -346,7 +349,7 @@ class CommStatistic(_Aggregate):
         self.start_ns = start_ns
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
-        keep = None if self.start_ns is None else pc.greater_equal(batch.column("start_ns"), self.start_ns)
+        keep = None if self.start_ns is None else pc.greater_equal(batch.column("end_ns"), self.start_ns)
         self._add(batch, keep, ("op_type",))
 
     def _table(self) -> pa.RecordBatch:
