@@ -39,7 +39,11 @@ node_basic_info, null without one: msprof then writes no communication_statistic
 renamed as msprof prints it, ``{name}_{last 3 characters of the group}_{index}_{iteration}``: the
 index counts ops (not iterations) per (group, AicpuKernel or not) from 0 in order of first timestamp,
 and an op before ``collection_start_ns`` keeps the current index (Python
-``update_op_name_by_group_name``). Task rows carry the renamed op name, the op's group and model id,
+``update_op_name_by_group_name``). Later msprof versions count per group alone, over ops sorted by
+(start, end), an op counting when it ends after the collection start (Python
+``update_op_name_by_group_name(hccl_ops, ...)``, C++ ``UpdateOpNameByGroupName``); the names differ
+mainly when a group runs AicpuKernel and other ops, or around the collection start. Not followed.
+Task rows carry the renamed op name, the op's group and model id,
 and ``bandwidth_gbps``: scanned per (instance, plane) in start order by
 :func:`~profstream.engine.kernels.hccl.bandwidth_scan` (``HcclCalculator::UpdateHcclBandwidth``; msprof
 groups by the renamed op name, which names one instance; its payload sends are those of ``rdma_type``
