@@ -1048,6 +1048,31 @@ def test_operators_keep_their_watermark_promises(
     assert lanes[0] == lanes[1] and sum(lanes[0].values()) > 10
 
 
+def test_vector_kernels_are_typed_by_their_ge_task_type_in_the_trace_and_kernel_details(
+    torch_run: Run,
+) -> None:
+    """A 910B vector kernel: runtime type KERNEL_AIVEC (host_task_type), GE type AI_VECTOR_CORE
+    (node_basic_info) and SQE type AI_CORE (device), as the real 910B exports in shared/realdata have
+    them. kernel_details' Accelerator Core is the GE type (op_summary's Task Type, C++
+    ``OpSummaryAssembler::GenerateOneTaskRow``); the trace's Task Type too, the GE type coming before
+    the host and device types (C++ ``AscendHardwareAssembler::GetTaskType``)."""
+    torch_run.export("torch_npu", "both")
+    output = torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT"
+    tasks = profstream.open(torch_run.raw).table("tasks").read_all().to_pylist()
+    vector = [t for t in tasks if t["host_task_type"] == "KERNEL_AIVEC"]
+    assert vector
+    assert {(t["task_type"], t["device_task_type"]) for t in vector} == {("AI_VECTOR_CORE", "AI_CORE")}
+    names = {t["op_name"] for t in vector}
+    events = json.loads((output / "trace_view.json").read_text())
+    hardware = {
+        e["pid"] for e in events if e["name"] == "process_name" and e["args"]["name"] == "Ascend Hardware"
+    }
+    drawn = [e for e in events if e["ph"] == "X" and e["pid"] in hardware and e["name"] in names]
+    assert drawn and {e["args"]["Task Type"] for e in drawn} == {"AI_VECTOR_CORE"}
+    listed = [r for r in rows(output / "kernel_details.csv") if r["Name"] in names]
+    assert listed and {r["Accelerator Core"] for r in listed} == {"AI_VECTOR_CORE"}
+
+
 def test_memcpy_tasks_and_hccl_notify_ids_as_msprofs_cpp_timeline_writes_them(torch_run: Run) -> None:
     """A MEMCPY_ASYNC task is drawn named ``MEMCPY_ASYNC`` with its device task type as Task Type,
     also when an HCCL op launched it (C++ ``AscendHardwareAssembler::GenerateMemcpyAsyncTrace``; the

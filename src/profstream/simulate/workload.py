@@ -108,7 +108,11 @@ class TaskKind:
 
 
 AIC = TaskKind("KERNEL_AICORE", 0, 0, 0, "compute", 0, 0, True, 40_000, 0.35)
-AIV = TaskKind("KERNEL_AIVEC", 66, 2, 2, "compute", 1, 1, True, 7_000, 0.4)
+# A vector kernel: runtime KERNEL_AIVEC, GE AI_VECTOR_CORE, but SQE type 0 (AI_CORE) in the STARS log,
+# as on the real 910B (shared/realdata msinsight-torchnpu-910b: the db export's TASK rows of these ops
+# are KERNEL_AIVEC and their COMPUTE_TASK_INFO rows AI_VECTOR_CORE; the CANN 8.0-era text export,
+# whose Ascend Hardware Task Type is the device task type, gives the same ops AI_CORE).
+AIV = TaskKind("KERNEL_AIVEC", 66, 0, 2, "compute", 1, 1, True, 7_000, 0.4)
 MIX = TaskKind("KERNEL_MIX_AIC", 108, 0, 4, "compute", 6, 4, True, 110_000, 0.25)
 AICPU = TaskKind("KERNEL_AICPU", 1, 1, 1, "compute", 0, 0, False, 35_000, 0.3)
 NOTIFY_WAIT = TaskKind("NOTIFY_WAIT", 14, 7, 9, "communication", 0, 0, False, 25_000, 0.6)
