@@ -20,7 +20,9 @@ a first pass over the file and the tables are built in a second.
 What each canonical table takes (times are the file's: local wall-clock ns):
 
 * ``tasks`` — ``X`` events of ``Ascend Hardware`` (except its ``Step Trace`` threads): ``tid`` is
-  the logic stream; ``args`` give task/batch/sub-task id, device task type, model id, connection id;
+  the logic stream; ``args`` give task/batch/sub-task id, model id, connection id and ``Task Type``,
+  read as the device task type (what the CANN 8.0-era writers put there; current msprof writes the
+  op's GE task type there when it has one, :mod:`~profstream.engine.layouts.timeline`);
   ``name`` is the op name (or a task type when no op matched, §3.4). ``dur`` is a double of µs
   with sub-ns digits (``53.7410625``); the end is start + the whole ns of it, as msprof's C++
   adds ``uint64(duration)`` (``overlap_analysis_processor.cpp``) and as ``kernel_details.csv``

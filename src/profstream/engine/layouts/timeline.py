@@ -12,6 +12,13 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   Device labels are ``NPU {D}`` (``GetLayerInfoLabelWithDeviceId``).
 * ``ts`` is local wall-clock µs with three decimals (the host-monotonic ns plus the start_info
   offset, §3.5), ``dur`` µs.
+* Ascend Hardware ``Task Type``: the op's GE task type (node_basic_info, the type op_summary prints),
+  else :func:`default_task_type` (current C++ ``AscendHardwareAssembler::GetTaskType`` over
+  ``TaskProcessor::GetTaskType``; Python ``TaskTimeViewer._update_op_name_and_type``). Versions
+  differ: the CANN 8.0-era C++ assembler (2024, ``GenerateTaskTrace``) wrote every task's device
+  task type, as torch_npu's trace_view.json in shared/realdata shows (910B vector kernels
+  ``AI_CORE`` where kernel_details says ``AI_VECTOR_CORE``; ``EVENT_RECORD_SQE``,
+  ``PLACE_HOLDER_SQE``); we follow the current rule.
 * Ascend Hardware: a MEMCPY_ASYNC task is named ``MEMCPY_ASYNC`` with its device task type as
   ``Task Type``, whatever op launched it (C++ ``GenerateMemcpyAsyncTrace``); its ``size(B)``,
   ``bandwidth(GB/s)`` and ``operation`` args (from memcpy_info, which the tasks table does not carry)

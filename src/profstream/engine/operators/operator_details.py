@@ -16,9 +16,12 @@ tree (``ops`` rows of kind ``cpu_op``) except ``ProfilerStep#*`` ops, in op orde
   deepest matched node ``corr_id_self`` and every matched node ``corr_id_total``). So device self sums
   the kernels of the op's own flows and device total sums device self over the subtree
   (:func:`~profstream.engine.kernels.subtree.subtree_sums`). "With AICore" counts only kernels whose
-  task type is ``AI_CORE``. The kernels are msprof's HostToDevice flow ends
-  (:mod:`~profstream.engine.operators.launches`), as in FrameworkOps: a communication op counts once,
-  with its own duration (torch_npu sums the X event on its group's thread), not its HCCL tasks.
+  task type is ``AI_CORE`` (the trace's ``Task Type`` under the current msprof rule, see
+  :mod:`~profstream.engine.layouts.timeline`; the CANN 8.0-era trace typed 910B vector kernels by
+  their device type ``AI_CORE``, so the real operator_details.csv counts them). The kernels are msprof's
+  HostToDevice flow ends (:mod:`~profstream.engine.operators.launches`), as in FrameworkOps: a
+  communication op counts once, with its own duration (torch_npu sums the X event on its group's
+  thread), not its HCCL tasks.
 * A flow names its source by (pid, tid, start) and its kernel by (device, stream, start), a
   communication op's stream being null: a flow is
   joined to a held task of that key (several flows of one key take distinct tasks, in order) and to
