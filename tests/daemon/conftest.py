@@ -67,7 +67,9 @@ def _file_kind(name: str) -> str:
 def layout_rows(directory: Path) -> dict[str, Counter[str]]:
     """The CSV rows (per file kind; its headers under ``<kind> header``, each once) and timeline
     events (``timeline``; metadata left out, each window repeats it) of every file under
-    ``directory``, as multisets.
+    ``directory``, as multisets. A row may stop before the header does (msprof's step_trace rows end
+    after their own Reduce pairs), and headers are kept without step_trace's ``Reduce`` pairs, whose
+    number is the busiest iteration's in the file: a window holding only 60000/60001 steps has none.
 
     Two columns of kernel_details / op_summary are left out because a daemon window computes them
     from what it holds (see :mod:`profstream.daemon.collector`): Step Id (from the steps committed
@@ -82,8 +84,9 @@ def layout_rows(directory: Path) -> dict[str, Counter[str]]:
             header, *lines = list(csv.reader(path.read_text().splitlines()))
             keep = [i for i, name in enumerate(header) if name not in WINDOW_COMPUTED]
             kind = _file_kind(path.name)
-            found.setdefault(f"{kind} header", Counter())[repr([header[i] for i in keep])] = 1
-            found.setdefault(kind, Counter()).update(repr([line[i] for i in keep]) for line in lines)
+            named = [header[i] for i in keep if not header[i].startswith("Reduce ")]
+            found.setdefault(f"{kind} header", Counter())[repr(named)] = 1
+            found.setdefault(kind, Counter()).update(repr([line[i] for i in keep if i < len(line)]) for line in lines)
     return found
 
 
