@@ -86,7 +86,9 @@ def layout_rows(directory: Path) -> dict[str, Counter[str]]:
             kind = _file_kind(path.name)
             named = [header[i] for i in keep if not header[i].startswith("Reduce ")]
             found.setdefault(f"{kind} header", Counter())[repr(named)] = 1
-            found.setdefault(kind, Counter()).update(repr([line[i] for i in keep if i < len(line)]) for line in lines)
+            found.setdefault(kind, Counter()).update(
+                repr([line[i] for i in keep if i < len(line)]) for line in lines
+            )
     return found
 
 
