@@ -676,11 +676,16 @@ class TorchOps(_Layer):
     """torch ops, Enqueue and Dequeue on the "Python" process (framework_outputs.md §3.1).
 
     A thread's sort index is its tid, the dequeue thread's the largest tid of the process plus one
-    (``TraceEventManager.create_m_event``); threads are described when first seen, so that largest
-    tid is the largest one seen by then.
+    (``TraceEventManager.create_m_event``: the largest of every torch op, enqueue and dequeue thread);
+    threads are described when first seen, so that largest tid is the largest one seen by then, in
+    this batch or an earlier one.
     """
 
     table = "ops"
+
+    def __init__(self, context: Context, processes: Processes) -> None:
+        super().__init__(context, processes)
+        self._largest_tid: dict[int, int] = {}  # per pid, the largest tid of its rows so far
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         pids = batch.column("pid")
@@ -690,8 +695,8 @@ class TorchOps(_Layer):
             kind = text(rows.column("kind"))
             tids = pc.unique(rows.column("tid")).to_pylist()
             dequeue = set(pc.unique(rows.filter(pc.equal(kind, "dequeue")).column("tid")).to_pylist())
-            after_all = max(tids) + 1  # torch_npu sorts the dequeue thread after every thread of the process
-            sort_index = {t: after_all if t in dequeue else t for t in tids}
+            largest = self._largest_tid[pid] = max(self._largest_tid.get(pid, max(tids)), *tids)
+            sort_index = {t: largest + 1 if t in dequeue else t for t in tids}  # after every thread
             yield from self.processes.threads(pid, tids, lambda t: f"Thread {t}", sort_index.__getitem__)
             for category in pc.unique(kind).to_pylist():
                 yield self._ops(rows.filter(pc.equal(kind, category)), category)
