@@ -1,7 +1,7 @@
 """The ``torch_npu`` layout: ``ASCEND_PROFILER_OUTPUT/`` as the PyTorch adapter's ``analyse()`` writes it.
 
 Files (framework_outputs.md §3), headers as the real files in shared/realdata show them:
-``trace_view.json`` (framework ops and flows, then every CANN layer), ``kernel_details.csv``,
+``trace_view.json`` (framework ops and flows and every CANN layer), ``kernel_details.csv``,
 ``op_statistic.csv``, ``api_statistic.csv``, ``step_trace_time.csv``, ``operator_memory.csv``,
 ``memory_record.csv``, ``npu_module_mem.csv``, ``l2_cache.csv`` and, beside the output directory,
 ``profiler_info.json``.
@@ -464,7 +464,13 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
 def timeline_outputs(
     context: Context, limits: Limits, framework: ExperimentalConfig | None = None
 ) -> list[TimelineOutput]:
-    """trace_view.json: the framework layer first, then the CANN layers (§3.1).
+    """trace_view.json: the framework layers and the CANN layers (§3.1).
+
+    torch_npu writes the framework events first (torch ops, enqueues with their flow starts, dequeues
+    with their flow ends, the Python process's metadata, fwdbwd flows, Python tracer calls, GC;
+    ``FwkFileParser.get_fwk_trace_data``), then msprof's events; the events here go out as the
+    pipeline emits their tables, interleaved (sinks/chrome_trace.py), and each event's keys in
+    msprof's C++ order rather than ``TraceEventManager``'s (``ph`` first): viewers read neither order.
 
     At Level0 torch_npu prunes the host API events (``LEVEL_TRACE_PRUNE_CONFIG``: names starting with
     CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is the whole CANN layer.
