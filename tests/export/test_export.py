@@ -642,6 +642,41 @@ def test_communication_rows_are_merged_by_start_whatever_order_they_come_in(tmp_
     assert not list(tmp_path.glob(".spool-*"))  # the spools are gone
 
 
+def test_kept_communication_kernels_are_typed_like_communication_ops(tmp_path: Path) -> None:
+    """An ``...AivKernel`` communication task that op_summary keeps prints msprof's communication
+    type, as its op rows do: Python keeps it only as ``COMMUNICATION``
+    (``AiCoreOpReport._union_task_ge_ai_core_data``), the C++ names GE task type 9 so
+    (``NumberMapping`` ``geTaskTypeMap``)."""
+    import pyarrow as pa
+
+    from profstream.engine.layouts._outputs import Cell, Context
+    from profstream.engine.layouts.msprof import TaskRows
+    from profstream.engine.schema import conform, tasks_schema
+
+    batch = conform(
+        tasks_schema(),
+        {
+            "device_id": pa.array([0, 0, 0], pa.int32()),
+            "stream_id": pa.array([3, 3, None], pa.int32()),
+            "start_ns": pa.array([100, 200, 300]),
+            "end_ns": pa.array([110, 210, 310]),
+            "op_name": pa.array(["allreduceAivKernel", "MatMul_1", "hcom_allReduce_1"]),
+            "op_type": pa.array(["HcomAllReduce", "MatMul", "HcomAllReduce"]),
+            "task_type": pa.array(["HCCL", "AI_CORE", None]),
+        },
+    )
+    context = Context(tmp_path, "20260101000000", 0, (0,), [], stars=False, process_id=0)
+    cells = [Cell("Op Name", "op_name"), Cell("Task Type", "task_type")]
+    output = TaskRows(context, "op_summary.csv", cells, label="COMMUNICATION")
+    output.write("task_rows", batch)
+    [path] = output.close()
+    assert [(r["Op Name"], r["Task Type"]) for r in rows(path)] == [
+        ("allreduceAivKernel", "COMMUNICATION"),
+        ("MatMul_1", "AI_CORE"),
+        ("hcom_allReduce_1", "COMMUNICATION"),
+    ]
+
+
 def test_csv_slice_rows_slices_msprof_csvs_and_torch_npu_csvs_stay_whole(
     torch_run: Run, tmp_path: Path
 ) -> None:

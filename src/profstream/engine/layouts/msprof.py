@@ -303,6 +303,11 @@ class TaskRows(SummaryOutput):
     :mod:`~profstream.engine.operators.task_rows`), so the wait time runs over both as msprof
     computes it and the rows stream out as the pipeline runs; this output names the op rows' task
     type ``label`` and keeps the task rows op_summary lists (:func:`op_summary_rows`).
+
+    The communication tasks it keeps (``...AivKernel`` ops, typed ``HCCL`` here) are named ``label``
+    too: msprof keeps such a task only as GE's communication type and prints that name
+    (``AiCoreOpReport._union_task_ge_ai_core_data`` tests ``COMMUNICATION``; the C++ maps GE task type
+    9 to ``COMMUNICATION``, ``NumberMapping`` ``geTaskTypeMap``), as it names its op rows.
     """
 
     def __init__(
@@ -313,8 +318,9 @@ class TaskRows(SummaryOutput):
 
     def _listed(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         batch = op_summary_rows(batch)
-        ops = is_op_row(batch)
-        task_type = pc.if_else(ops, self._label, text(batch.column("task_type")))
+        task_type = text(batch.column("task_type"))
+        labelled = pc.or_(is_op_row(batch), pc.fill_null(pc.equal(task_type, "HCCL"), False))
+        task_type = pc.if_else(labelled, self._label, task_type)
         return batch.set_column(batch.schema.get_field_index("task_type"), "task_type", task_type)
 
 
