@@ -17,6 +17,7 @@ from profstream.engine import schema
 from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput, split_by
 from profstream.engine.layouts.msprof import (
+    WaitTime,
     communication_statistic_rows,
     metric_cell,
     op_summary_rows,
@@ -125,6 +126,24 @@ def test_op_summary_keeps_communication_kernels_on_the_vector_cores() -> None:
         }
     )
     assert op_summary_rows(batch).column("op_name").to_pylist() == ["allreduceAivKernel", "MatMul"]
+
+
+def test_op_summary_keeps_a_task_starting_at_the_collection_start(tmp_path: Path) -> None:
+    """msprof's op_summary filter compares the start cell, TAB-terminated by then, with the collection
+    start's text (``get_op_summary_data``, ``Utils.filter_data_by_start_time_condition``): a task
+    starting exactly at it is kept (``"S\t" > "S"``) and gets the first row's wait, one ending
+    before it is left out; the wait still runs over the left-out row."""
+    context = replace(_context(tmp_path), collection_start_ns={0: 1000})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "device_id": pa.array([0, 0, 0], pa.int32()),
+            "start_ns": [900, 1000, 1500],
+            "end_ns": [950, 1200, 1600],
+        }
+    )
+    framed = WaitTime(context)(batch)
+    assert framed.column("start_ns").to_pylist() == [1000, 1500]
+    assert framed.column("wait_ns").to_pylist() == [None, 300]
 
 
 def test_appended_metrics_print_msprofs_integer_zero() -> None:

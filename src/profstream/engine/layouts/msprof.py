@@ -467,7 +467,9 @@ class HbmSummary(SummaryOutput):
 
 class WaitTime:
     """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1), then keeps
-    the rows msprof keeps after the device's collection start (:func:`after_collection_start`).
+    the rows msprof keeps after the device's collection start (:func:`after_collection_start`), a row
+    starting at it too: msprof compares the start cell, which ends in a TAB by then, with the start's
+    text (``get_op_summary_data``, ``Utils.filter_data_by_start_time_condition``), and ``"S\t" > "S"``.
 
     The wait runs over every row, the left-out ones too, and the first row a device keeps gets a null
     wait, which msprof writes as the integer ``0`` (:data:`FIRST_WAIT`): it computes the waits before
@@ -483,7 +485,7 @@ class WaitTime:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         devices = batch.column("device_id").to_numpy()
         wait = self._wait(batch.column("start_ns").to_numpy(), batch.column("end_ns").to_numpy(), devices)
-        kept = after_collection_start(batch, self._starts)
+        kept = after_collection_start(batch, self._starts, at_start=True)
         first = np.zeros(len(kept), np.bool_)
         for device in np.unique(devices[kept]).tolist():
             if device not in self._opened:
