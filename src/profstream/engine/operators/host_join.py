@@ -41,7 +41,11 @@ timestamp, thread) are one op's tensors split five at a time and are concatenate
 msprof's C++ prints it: dims joined by ``,`` up to the first 0, tensors by ``;``, formats and data
 types by their ``GeDataFormat`` / ``GeDataType`` names (``common_func/ms_constant/ge_enum_constant.py``)
 with ``:<sub-format>`` when one is set; a list with no tensor is null (msprof prints N/A). msprof
-also wraps shapes in quotes; that is the CSV sink's business.
+also wraps shapes in quotes; that is the CSV sink's business. A scalar's shape is empty (the real
+kernel_details.csv quotes an empty shape, and ``;`` alone for two scalars). Format 2 is ``ND`` as current
+msprof names it (Python ``GeDataFormat``, C++ ``NumberMapping`` ``geFormatMap``); the CANN 8.0-era
+exports in shared/realdata (msinsight-torchnpu-910b, text and db) print ``FORMAT_ND`` beside ``NCHW``
+and ``NC1HWC0``, a naming of that generation that is not reproduced.
 
 ``model_id`` = the item id of the model API containing the launch, else NO_ID (msprof's other source,
 the capture-stream table, is not implemented). ``connection_id`` / ``launch_ns`` = the id and start
