@@ -530,7 +530,9 @@ def test_clear_removes_only_leftover_temporary_files(graph_run: Run, tmp_path: P
 
 
 def test_level0_trace_view_leaves_out_the_cann_layer(tmp_path: Path) -> None:
-    """torch_npu prunes host API events at Level0 (framework_outputs.md §3.1 LEVEL_TRACE_PRUNE_CONFIG)."""
+    """torch_npu prunes host API events at Level0 (framework_outputs.md §3.1 LEVEL_TRACE_PRUNE_CONFIG) and
+    the CANN process's name with them; its labels, sort index and thread metadata stay, and the
+    HostToDevice flows still start on it, as in the real Level0 trace_view.json files."""
     raw = tmp_path / "raw"
     simulate(SimulationConfig(chip="910B", steps=1, ops_per_step=8, framework="torch_npu", seed=3), raw)
     [info] = raw.glob("*_ascend_pt/profiler_info*.json")
@@ -541,6 +543,14 @@ def test_level0_trace_view_leaves_out_the_cann_layer(tmp_path: Path) -> None:
     events = json.loads((tmp_path / "out" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
     processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert "CANN" not in processes and {"Python", "Ascend Hardware"} <= processes
+    [cann] = {e["pid"] for e in events if e["name"] == "process_sort_index" and e["args"]["sort_index"] == 7}
+    on_cann = [e for e in events if e["pid"] == cann]
+    kinds = {e["name"] for e in on_cann if e["ph"] == "M"}
+    assert kinds == {"process_labels", "process_sort_index", "thread_name", "thread_sort_index"}
+    assert not [e for e in on_cann if e["ph"] == "X"]
+    assert {e["ph"] for e in on_cann if e["ph"] != "M"} == {"s"}  # HostToDevice flow starts
+    flow_threads = {e["tid"] for e in on_cann if e["ph"] == "s"}
+    assert flow_threads <= {e["tid"] for e in on_cann if e["name"] == "thread_name"}
 
 
 def test_the_msprof_layout_reads_no_framework_files(torch_run: Run, tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ from profstream.engine.layouts._outputs import (
 )
 from profstream.engine.operators.launches import MEMCPY_ASYNC, op_flow_ends, task_flow_ends
 from profstream.engine.operators.statistics import sub_task_parents
-from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents
+from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents, MetadataEvents
 from profstream.sinks.chrome_trace import Events
 
 HOST_SLOT = 31
@@ -228,13 +228,19 @@ class Cann(_Layer):
 
     table = "api"
 
+    def metadata(self, batch: pa.RecordBatch) -> list[MetadataEvents]:
+        """The process's metadata (once) and that of the batch's threads not seen before."""
+        pid = self.pid(CANN_SORT, HOST_SLOT)
+        threads = pc.unique(batch.column("thread_id")).to_pylist()
+        return [
+            *self.processes.process(pid, "CANN", "CPU", CANN_SORT),
+            *self.processes.threads(pid, threads, lambda t: f"Thread {t}", lambda t: t),
+        ]
+
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
         pid = self.pid(CANN_SORT, HOST_SLOT)
-        yield from self.processes.process(pid, "CANN", "CPU", CANN_SORT)
+        yield from self.metadata(batch)
         threads = batch.column("thread_id")
-        yield from self.processes.threads(
-            pid, pc.unique(threads).to_pylist(), lambda t: f"Thread {t}", lambda t: t
-        )
         level = text(batch.column("level"))
         shown = pc.coalesce(
             pc.if_else(pc.is_in(level, pa.array(list(LEVEL_NAMES))), _level_names(level), level), "Api"
@@ -255,6 +261,16 @@ class Cann(_Layer):
                 "connection_id": batch.column("connection_id"),
             },
         )
+
+
+class PrunedCann(Cann):
+    """The CANN layer as torch_npu leaves it at Level0: its API events pruned
+    (``LEVEL_TRACE_PRUNE_CONFIG``) and its ``process_name`` with them, its labels, sort index and
+    threads kept, as the real Level0 trace_view.json files in shared/realdata show (the HostToDevice
+    flow starts on it are drawn by :class:`AscendHardware`)."""
+
+    def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
+        return [event for event in self.metadata(batch) if event.name != "process_name"]
 
 
 def _level_names(level: pa.Array) -> pa.Array:

@@ -65,6 +65,7 @@ from profstream.engine.layouts.msprof import (
 from profstream.engine.layouts.timeline import (
     Cann,
     Groups,
+    PrunedCann,
     cann_layers,
     framework_layers,
     map_text,
@@ -473,12 +474,14 @@ def timeline_outputs(
     msprof's C++ order rather than ``TraceEventManager``'s (``ph`` first): viewers read neither order.
 
     At Level0 torch_npu prunes the host API events (``LEVEL_TRACE_PRUNE_CONFIG``: names starting with
-    CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is the whole CANN layer.
+    CANN, AscendCL, Runtime, GE, Node, Model, Hccl, ...), which here is every event of the CANN layer,
+    and its ``process_name``; the layer's other metadata stays (:class:`PrunedCann`).
     """
     processes, groups = Processes(), Groups()
     cann = Collected.of(framework, l2_data=context.l2_cache).cann_layer
     layers = [
-        layer for layer in cann_layers(context, processes, groups) if cann or not isinstance(layer, Cann)
+        layer if cann or not isinstance(layer, Cann) else PrunedCann(context, processes)
+        for layer in cann_layers(context, processes, groups)
     ]
     return [
         TimelineOutput(
