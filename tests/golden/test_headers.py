@@ -7,6 +7,7 @@ other file has a fixed header, compared with a profstream export of a simulated 
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -90,6 +91,21 @@ def test_torch_npu_headers_equal_the_real_files_and_lines_end_in_crlf(exported: 
     # line ends are not compared with the real files: some of them went through a CRLF -> LF conversion
     # (operator_details.csv there holds ";\n" where torch_npu writes ";\r\n"; torch_npu.py's docstring)
     assert header(exported / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / name) == (real, b"\r\n")
+
+
+def test_simulated_910b_pipe_utilization_kernel_details_equals_the_real_level1_header(exported: Path) -> None:
+    """A simulated 910B PipeUtilization run programs the CloudV2 collector's event lists (AIC: the Exct
+    list, AIV: the default one; platform_adapter_cloudv2.cpp), so its kernel_details has the real
+    Level1 file's PMU columns (aic_fixpipe, no aic_mte3), with ratios and miss rates in [0, 1]."""
+    real, _ = header(TORCH / "level1" / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")
+    path = exported / "torch_npu" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    assert header(path)[0] == real
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    ratios = [name for name in real if name.endswith(("_ratio", "_miss_rate"))]
+    values = [float(row[name]) for row in rows for name in ratios if row[name] != "N/A"]  # tasks without PMU
+    assert rows and ratios and all(0.0 <= value <= 1.0 for value in values)
+    assert any(row["aic_mac_ratio"] not in ("N/A", "0.0", "0") for row in rows)  # AIC counters counted
 
 
 def test_msprof_api_statistic_header_equals_the_real_file(exported: Path) -> None:

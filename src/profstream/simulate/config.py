@@ -5,7 +5,12 @@ platform_version 1 (HWTS 100 MHz, AI Core 800 MHz default, 32 AI Cores, no AI
 Vector cores), 910B is platform_version 5 (STARS, 50 MHz, 800 MHz, 24 AI Cores
 + 48 AI Vector cores). The PMU event ids of each ``aic_metrics`` group are the
 collector presets ([COL] ``collector/dvvp/common/config/config_manager.h``
-``AICORE_METRICS_LIST``, quoted in §2.2).
+``AICORE_METRICS_LIST``, quoted in §2.2). 910B programs the CloudV2 adapter's own
+lists instead (specs/msprof_outputs.md §4c; [COL] ``platform/platform_adapter_cloudv2.cpp``
+``PlatformAdapterCloudV2::Init``, ``aicMetricsEventsList_`` / ``aivMetricsEventsList_``): the
+AI Core side of PipeUtilization counts the Exct events and sample.json names that group
+``PipeUtilizationExct`` (``PlatformAdapterInterface::SetParamsForAicMetrics``), the AI Vector
+side keeps the default list, and PipelineExecuteUtilization is not offered.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ AIC_METRICS_EVENTS: dict[str, tuple[int, ...]] = {
     "L2Cache": (0x500, 0x502, 0x504, 0x506, 0x508, 0x50A),
     "PipelineExecuteUtilization": (0x12C, 0x49, 0x4A, 0x9, 0x302, 0xC, 0xD, 0x303),
 }
+#: the CloudV2 (910B) AI Core lists: PipeUtilization counts mac fp/int (0x416/0x417), mte1 0x302 and
+#: fixpipe 0x303; no PipelineExecuteUtilization (``platform_adapter_cloudv2.cpp``)
+AIC_EVENTS_910B: dict[str, tuple[int, ...]] = {
+    **{g: e for g, e in AIC_METRICS_EVENTS.items() if g != "PipelineExecuteUtilization"},
+    "PipeUtilization": (0x416, 0x417, 0x9, 0x302, 0xC, 0x303, 0x54, 0x55),
+}
+#: the CloudV2 (910B) AI Vector lists: the default ones, without PipelineExecuteUtilization
+AIV_EVENTS_910B = {g: e for g, e in AIC_METRICS_EVENTS.items() if g != "PipelineExecuteUtilization"}
 DEFAULT_SLICE_BYTES = 2048 * 1024  # the collector's sliceFileMaxKByte = 2048 (spec §1.4)
 MAX_DEVICES = 64  # MSPROF_MAX_DEV_NUM; 64 is also the host's device id in sample.json
 
@@ -112,9 +125,10 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
             if not ok:
                 msg = f"{message}, got {getattr(self, key)!r}"
                 raise ConfigError(msg, key=f"simulate.{key}")
-        if self.aic_metrics not in AIC_METRICS_EVENTS:
-            known = ", ".join(AIC_METRICS_EVENTS)
-            msg = f"unknown aic_metrics group {self.aic_metrics!r}; known: {known}"
+        groups = AIC_EVENTS_910B if self.chip == "910B" else AIC_METRICS_EVENTS
+        if self.aic_metrics not in groups:
+            known = ", ".join(groups)
+            msg = f"unknown aic_metrics group {self.aic_metrics!r} on {self.chip}; known: {known}"
             raise ConfigError(msg, key="simulate.aic_metrics")
         if self.profiling_options:
             parse_profiling_options(self.profiling_options)  # a ConfigError names the bad option
@@ -134,8 +148,21 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
         return self.framework == "torch_npu" and self.gc_detect
 
     @property
-    def pmu_events(self) -> tuple[int, ...]:
-        return AIC_METRICS_EVENTS[self.aic_metrics]
+    def aic_events(self) -> tuple[int, ...]:
+        """The events the AI Cores count (sample.json ``ai_core_profiling_events``)."""
+        groups = AIC_EVENTS_910B if self.chip == "910B" else AIC_METRICS_EVENTS
+        return groups[self.aic_metrics]
+
+    @property
+    def aiv_events(self) -> tuple[int, ...]:
+        """The events the AI Vector cores count (none on a chip without them)."""
+        return AIV_EVENTS_910B[self.aic_metrics] if self.profile.aiv_num else ()
+
+    @property
+    def aic_metrics_name(self) -> str:
+        """sample.json's ``ai_core_metrics``: the collector renames 910B's AIC PipeUtilization."""
+        exct = self.chip == "910B" and self.aic_metrics == "PipeUtilization"
+        return "PipeUtilizationExct" if exct else self.aic_metrics
 
     @property
     def l2_events(self) -> tuple[int, ...]:

@@ -169,19 +169,20 @@ def _info(config: SimulationConfig, rank: int, layout: Layout, device_id: int | 
 
 
 def _sample(config: SimulationConfig, layout: Layout, device_id: int | None) -> dict[str, Any]:
-    events = ",".join(f"{e:#x}" for e in config.pmu_events)
+    aic_events = ",".join(f"{e:#x}" for e in config.aic_events)
+    aiv_events = ",".join(f"{e:#x}" for e in config.aiv_events)
     stars = config.profile.stars
     where = "host" if device_id is None else f"device_{device_id}"
     device = "64" if device_id is None else str(device_id)
     return {
-        "ai_core_metrics": config.aic_metrics,
+        "ai_core_metrics": config.aic_metrics_name,
         "ai_core_profiling": "on",
-        "ai_core_profiling_events": events,
+        "ai_core_profiling_events": aic_events,
         "ai_core_profiling_mode": "task-based",
         "aicore_sampling_interval": 10,
         "aiv_metrics": config.aic_metrics if config.profile.aiv_num else "",
         "aiv_profiling": "on" if config.profile.aiv_num else "off",
-        "aiv_profiling_events": events if config.profile.aiv_num else "",
+        "aiv_profiling_events": aiv_events,
         "aiv_profiling_mode": "task-based" if config.profile.aiv_num else "",
         "aiv_sampling_interval": 10,
         "devices": device,

@@ -485,7 +485,15 @@ class Workload:
         # per-op-kind PMU ratios of the configured metric group's events
         arch = np.random.default_rng([config.seed, 0x9A0])
         self.pmu_ratio = arch.uniform(0.02, 0.85, (len(t.catalog), 8))
-        self.pmu_ratio[:, len(config.pmu_events) :] = 0.0
+        self.pmu_ratio[:, len(config.aic_events) :] = 0.0
+        # cube fp and int MACs (0x416 + 0x417) share the cube's cycles; icache misses (0x55) are a
+        # share of the icache requests (0x54), so msprof's mac ratio and miss rate stay within [0, 1]
+        events = config.aic_events
+        for i, event in enumerate(events):
+            if event in (0x416, 0x417):
+                self.pmu_ratio[:, i] /= 2
+            elif event == 0x55 and 0x54 in events:
+                self.pmu_ratio[:, i] *= self.pmu_ratio[:, events.index(0x54)] / 8
         self.chunk_steps = max(1, TARGET_SLOTS_PER_CHUNK // t.n_slots)
 
     def draft(self, index: int, first_step: int, steps: int) -> Chunk:

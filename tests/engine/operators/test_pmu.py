@@ -108,6 +108,18 @@ def test_pipe_utilization_columns_v4_exct_aic_and_unsupported_removed() -> None:
     assert "aic_vec_ratio" not in plain and "memory_bound" not in plain
 
 
+def test_v4_aiv_block_follows_aiv_metrics() -> None:
+    """The 910B collector writes ai_core_metrics PipeUtilizationExct and aiv_metrics PipeUtilization
+    (SetParamsForAicMetrics / SetParamsForAivMetrics); msprof's C++ reads each side's own group
+    (sample_info.cpp), so the AIV block keeps vec and mte3 as in the real Level1 kernel_details."""
+    layout = pmu.build_layout(
+        "PipeUtilizationExct", V4, aic_events=EXCT, aiv_events=PIPE, aiv_group="PipeUtilization"
+    )
+    expected = pmu.metric_columns("PipeUtilization", V4, aic_events=EXCT, aiv_events=PIPE)
+    assert list(layout.columns) == expected
+    assert [b.group for b in layout.blocks] == ["PipeUtilizationExct", "PipeUtilization"]
+
+
 def test_group_columns_per_chip() -> None:
     assert pmu.metric_columns("ArithmeticUtilization", V4)[2:] == [
         "aic_mac_fp16_ratio",

@@ -12,9 +12,13 @@ Two layouts, as msprof's two implementations write them (msprof_outputs.md §0, 
   aiv_time, aiv_total_cycles, aiv_<metrics>`` in the calculators' enum order ([MSP]
   ``csrc/domain/entities/metric/include/metric.h``), without the ``UNSUPPORTED_HEADER`` columns
   (``csrc/domain/data_process/ai_task/metric_processor.cpp``), then ``cube_utilization`` when
-  ``aic_mac_ratio`` and ``aic_total_cycles`` are columns. The AIC side of PipeUtilization is
-  PipeUtilizationExct when the AIC events are the Exct list (0x416, 0x417 present;
-  ``platform_adapter_cloudv2.cpp``), else PipeUtilization;
+  ``aic_mac_ratio`` and ``aic_total_cycles`` are columns. The AIC side follows sample.json
+  ``ai_core_metrics`` and the AIV side ``aiv_metrics``: the C++ sample.json reader maps each through its
+  own ``aicMetricsMap`` / ``aivMetricsMap`` (``csrc/domain/services/device_context/sample_info.cpp``), and
+  the 910B collector writes ``PipeUtilizationExct`` for the AIC side of PipeUtilization, ``PipeUtilization``
+  for the AIV side (``platform_adapter_interface.cpp`` ``SetParamsForAicMetrics`` /
+  ``SetParamsForAivMetrics``). An AIC ``PipeUtilization`` whose events are the Exct list (0x416, 0x417
+  present; ``platform_adapter_cloudv2.cpp``) is read as PipeUtilizationExct too;
 * every other chip (the Python path): un-prefixed ``aicore_time, total_cycles, <metrics>`` in the order of
   ``AiCoreMetricsManager.AICORE_METRICS_LIST_DEFAULT`` with a ``*_time`` before each pipe ratio
   (``viewer/calculate_rts_data.py`` ``get_metrics_from_sample_config``), ``cube_fops, vector_fops`` after
@@ -464,15 +468,23 @@ def build_layout(
     freq_mhz: float = 0.0,
     ai_core_num: int = 0,
     aiv_num: int = 0,
+    aiv_group: str = "",
 ) -> MetricLayout:
-    """The metric layout of ``group`` on ``chip`` (platform_version) with the programmed events."""
+    """The metric layout of ``group`` on ``chip`` (platform_version) with the programmed events.
+
+    ``aiv_group`` is the AIV side's group on CHIP_V4_1_0 (sample.json ``aiv_metrics``); ``group`` when empty.
+    """
     if not group:
         return MetricLayout(chip, group, (), tuple(aiv_events), freq_mhz, ai_core_num, aiv_num, None, False)
     cpp = chip == CHIP_V4_1_0
     blocks: list[BlockLayout] = []
-    cores = (("aic", tuple(aic_events)), ("aiv", tuple(aiv_events))) if cpp else (("aic", tuple(aic_events)),)
-    for core, events in cores:
-        resolved, metrics = _group_metrics(group, core, events, cpp)
+    cores = (
+        (("aic", group, tuple(aic_events)), ("aiv", aiv_group or group, tuple(aiv_events)))
+        if cpp
+        else (("aic", group, tuple(aic_events)),)
+    )
+    for core, core_group, events in cores:
+        resolved, metrics = _group_metrics(core_group, core, events, cpp)
         if cpp:
             prefix = f"{core}_"
             kept = tuple((prefix + name, f) for name, f in metrics if prefix + name not in UNSUPPORTED_V4)
@@ -517,6 +529,7 @@ def layout_of(metadata: DirMetadata) -> MetricLayout:
         freq_mhz=float(info.aic_mhz),
         ai_core_num=info.ai_core_num,
         aiv_num=info.aiv_num,
+        aiv_group=sample.aiv_metrics,
     )
 
 
