@@ -31,7 +31,9 @@ Choices where the spec leaves room:
   between 0 and 4294967295 (an FFTS+ task) is left out whole; a group with context 0 (MIX) keeps its
   context-0 rows; any other group (a static graph's repeats) is kept. The rows of one task arrive in
   one batch (HostJoin), so the groups are whole; repeats of a task id across batches are grouped
-  apart, where msprof groups the whole run.
+  apart, where msprof groups the whole run. msprof's C++ assembler (910B full exports) keeps only
+  the context-0 rows of every group of several, so it drops a static graph's repeats
+  (``FilterAscendTaskData``, ``task_time_assembler.cpp``); that is not reproduced.
 * api_statistic's ``Device_id`` is the collection's first device, as the real file in shared/realdata
   shows (``0``; a 310B, so msprof's Python path); the C++ path writes ``host``.
 * communication_statistic is not written for a device none of whose communication ops has a type
