@@ -37,14 +37,11 @@ AIC_METRICS_EVENTS: dict[str, tuple[int, ...]] = {
     "L2Cache": (0x500, 0x502, 0x504, 0x506, 0x508, 0x50A),
     "PipelineExecuteUtilization": (0x12C, 0x49, 0x4A, 0x9, 0x302, 0xC, 0xD, 0x303),
 }
-#: the CloudV2 (910B) AI Core lists: PipeUtilization counts mac fp/int (0x416/0x417), mte1 0x302 and
-#: fixpipe 0x303; no PipelineExecuteUtilization (``platform_adapter_cloudv2.cpp``)
-AIC_EVENTS_910B: dict[str, tuple[int, ...]] = {
-    **{g: e for g, e in AIC_METRICS_EVENTS.items() if g != "PipelineExecuteUtilization"},
-    "PipeUtilization": (0x416, 0x417, 0x9, 0x302, 0xC, 0x303, 0x54, 0x55),
-}
 #: the CloudV2 (910B) AI Vector lists: the default ones, without PipelineExecuteUtilization
 AIV_EVENTS_910B = {g: e for g, e in AIC_METRICS_EVENTS.items() if g != "PipelineExecuteUtilization"}
+#: the CloudV2 (910B) AI Core lists: the AI Vector ones, but PipeUtilization counts mac fp/int
+#: (0x416/0x417), mte1 0x302 and fixpipe 0x303 (``platform_adapter_cloudv2.cpp``)
+AIC_EVENTS_910B = {**AIV_EVENTS_910B, "PipeUtilization": (0x416, 0x417, 0x9, 0x302, 0xC, 0x303, 0x54, 0x55)}
 DEFAULT_SLICE_BYTES = 2048 * 1024  # the collector's sliceFileMaxKByte = 2048 (spec §1.4)
 MAX_DEVICES = 64  # MSPROF_MAX_DEV_NUM; 64 is also the host's device id in sample.json
 
@@ -125,9 +122,8 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
             if not ok:
                 msg = f"{message}, got {getattr(self, key)!r}"
                 raise ConfigError(msg, key=f"simulate.{key}")
-        groups = AIC_EVENTS_910B if self.chip == "910B" else AIC_METRICS_EVENTS
-        if self.aic_metrics not in groups:
-            known = ", ".join(groups)
+        if self.aic_metrics not in self.aic_groups:
+            known = ", ".join(self.aic_groups)
             msg = f"unknown aic_metrics group {self.aic_metrics!r} on {self.chip}; known: {known}"
             raise ConfigError(msg, key="simulate.aic_metrics")
         if self.profiling_options:
@@ -148,10 +144,14 @@ class SimulationConfig(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown
         return self.framework == "torch_npu" and self.gc_detect
 
     @property
+    def aic_groups(self) -> dict[str, tuple[int, ...]]:
+        """The AI Core event list of each ``aic_metrics`` group this chip's collector offers."""
+        return AIC_EVENTS_910B if self.chip == "910B" else AIC_METRICS_EVENTS
+
+    @property
     def aic_events(self) -> tuple[int, ...]:
         """The events the AI Cores count (sample.json ``ai_core_profiling_events``)."""
-        groups = AIC_EVENTS_910B if self.chip == "910B" else AIC_METRICS_EVENTS
-        return groups[self.aic_metrics]
+        return self.aic_groups[self.aic_metrics]
 
     @property
     def aiv_events(self) -> tuple[int, ...]:
