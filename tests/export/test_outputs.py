@@ -280,15 +280,22 @@ def test_split_by_gives_each_key_its_rows_and_a_dictionary_key_its_word() -> Non
     assert [(key, rows.num_rows) for key, rows in split_by(batch, plain)] == [(5, 3), (6, 1)]
 
 
+def _step_trace_csv(tmp_path: Path, columns: dict[str, pa.Array]) -> tuple[Path, list[str]]:
+    """msprof's step_trace csv of two device-0 ``steps`` rows with ``columns``: its path and lines."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("steps",)]
+    device = {"device_id": pa.array([0, 0], pa.int32())}
+    output.write("steps", schema.conform(schema.TABLES["steps"], {**device, **columns}))
+    [path] = output.close()
+    return path, path.read_text().splitlines()
+
+
 def test_msprof_step_trace_rows_stop_after_their_own_reduce_pairs(tmp_path: Path) -> None:
     """msprof's Python step_trace: the header has the busiest iteration's Reduce pairs, each row only
     its own (``StepTraceViewer._reformat_step_trace_data`` appends them; ``create_csv_writer`` writes the
     row as it is), so an iteration without reduces ends at Model ID; the importer reads such rows back."""
-    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("steps",)]
-    batch = schema.conform(
-        schema.TABLES["steps"],
+    path, lines = _step_trace_csv(
+        tmp_path,
         {
-            "device_id": pa.array([0, 0], pa.int32()),
             "kind": pa.array(["model", "model"]),
             "model_id": pa.array([1, 1]),
             "iteration_id": pa.array([1, 2]),
@@ -301,9 +308,7 @@ def test_msprof_step_trace_rows_stop_after_their_own_reduce_pairs(tmp_path: Path
             "reduce_end_ns": pa.array([[4000, 5500], []], pa.list_(pa.int64())),
         },
     )
-    output.write("steps", batch)
-    [path] = output.close()
-    header, first, second = path.read_text().splitlines()
+    header, first, second = lines
     assert header.count("Reduce Start(us),Reduce Duration(us)") == 2
     assert first.split(",")[9:] == ["1", "3.000\t", "1.0", "5.000\t", "0.5"]
     assert second.split(",")[8:] == ["1.0", "1"]
@@ -419,11 +424,9 @@ def test_msprof_step_trace_lists_the_60000_steps_among_the_iterations(tmp_path: 
     """msprof's training_trace table gets a row per 60000/60001 step
     (``CreateTrainingTrace.update_step_time``: FP, BP, FP to BP and refresh 0, data aug 0, all printed
     ``N/A`` by ``get_step_trace_data``), rows in step-end order (``update_data_aug`` sorts by step end)."""
-    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("steps",)]
-    batch = schema.conform(
-        schema.TABLES["steps"],
+    _, lines = _step_trace_csv(
+        tmp_path,
         {
-            "device_id": pa.array([0, 0], pa.int32()),
             "kind": pa.array(["model", "step"]),
             "model_id": pa.array([1, 4294967295]),
             "iteration_id": pa.array([1, 3]),
@@ -436,8 +439,6 @@ def test_msprof_step_trace_lists_the_60000_steps_among_the_iterations(tmp_path: 
             "reduce_end_ns": pa.array([[], []], pa.list_(pa.int64())),
         },
     )
-    output.write("steps", batch)
-    [path] = output.close()
-    _, step, model = path.read_text().splitlines()
+    _, step, model = lines
     assert step.split(",") == ["0", "3", "N/A", "N/A", "7.500\t", "6.5", "N/A", "N/A", "N/A", "4294967295"]
     assert model.split(",")[:2] == ["0", "1"]
