@@ -168,6 +168,7 @@ def test_parquet_holds_every_kept_sample(hbm_run: tuple[Path, dict[int, list]], 
     assert sorted(set(table.column("hbm_id").to_pylist())) == [0, 1, 2, 3]
 
 
+@needs_realdata  # make_prof copies the real 310B control files
 def test_version_2_times_are_msprofs_absolute_ns(tmp_path: Path) -> None:
     """A 2.0 collection's hbm.data holds ns timestamps msprof writes as they are: the timeline's ts."""
     prof = make_prof(tmp_path)
