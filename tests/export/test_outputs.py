@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 
 from profstream.engine import schema
 from profstream.engine.imports import csv_tables
-from profstream.engine.layouts._outputs import Cell, Context, SortedSpool, SummaryOutput, split_by
+from profstream.engine.layouts._outputs import (
+    Cell,
+    Context,
+    SortedSpool,
+    SummaryOutput,
+    after_collection_start,
+    split_by,
+)
 from profstream.engine.layouts.msprof import (
     WaitTime,
     communication_statistic_rows,
@@ -144,6 +151,89 @@ def test_op_summary_keeps_a_task_starting_at_the_collection_start(tmp_path: Path
     framed = WaitTime(context)(batch)
     assert framed.column("start_ns").to_pylist() == [1000, 1500]
     assert framed.column("wait_ns").to_pylist() == [None, 300]
+
+
+def test_op_summary_keeps_a_task_ending_at_the_collection_start(tmp_path: Path) -> None:
+    """The end msprof compares is ``float_calculate`` of the start cell and the duration, a 3-decimal
+    text, and ``"S" < "S.000"``: a task ending exactly at the collection start spans it."""
+    context = replace(_context(tmp_path), collection_start_ns={0: 1000})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "device_id": pa.array([0, 0, 0], pa.int32()),
+            "start_ns": [800, 900, 1100],
+            "end_ns": [999, 1000, 1200],
+        }
+    )
+    assert WaitTime(context)(batch).column("start_ns").to_pylist() == [900, 1100]
+
+
+def test_summaries_compare_the_collection_start_as_text_and_the_timeline_as_numbers() -> None:
+    """``Utils.filter_data_by_start_time_condition`` on texts keeps rows starting or ending at S;
+    ``MsprofTimeline.is_in_iteration`` on Decimals keeps one starting at S, not one ending at it."""
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "device_id": pa.array([0] * 5, pa.int32()),
+            "start_ns": [500, 900, 1000, 900, 1001],
+            "end_ns": [999, 1000, 1100, 1001, 1002],
+        }
+    )
+    starts = {0: 1000}
+    assert after_collection_start(batch, starts, as_text=True).tolist() == [False, True, True, True, True]
+    assert after_collection_start(batch, starts, at_start=True).tolist() == [False, False, True, True, True]
+    assert after_collection_start(batch, starts).tolist() == [False, False, False, True, True]
+
+
+def _task_time(tmp_path: Path, columns: dict[str, object], start_ns: int) -> list[dict[str, str]]:
+    context = replace(_context(tmp_path), collection_start_ns={0: start_ns})
+    [output] = [
+        o for o in summary_outputs(context, "csv") if type(o) is SummaryOutput and o.tables == ("task_rows",)
+    ]
+    output.write("task_rows", schema.conform(schema.tasks_schema(), columns))
+    [path] = output.close()
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_task_time_names_and_types_tasks_as_current_msprof(tmp_path: Path) -> None:
+    """kernel_name: the launch's task_track kernel name, else ``N/A`` (``TaskOpViewer._reformat_task_info``
+    takes the host task's kernel name first). kernel_type: the stored GE type; of an HCCL task only a
+    kernel has one, ``COMMUNICATION`` (``TaskGear.add_kernel_task``), a notify or copy task prints its
+    runtime type (``TaskTimeViewer.get_task_type``). Tasks before the collection start (2000 ns) are
+    left out, except one ending or starting at it (the text comparison of ``get_task_op_summary``)."""
+    n = 6
+    rows = _task_time(
+        tmp_path,
+        {
+            "device_id": pa.array([0] * n, pa.int32()),
+            "stream_id": pa.array([1, 1, 5, 5, 5, 1], pa.int32()),
+            "task_id": pa.array(range(1, n + 1), pa.int32()),
+            "batch_id": pa.array([0] * n, pa.int32()),
+            "context_id": pa.array([NO_ID] * n),
+            "start_ns": pa.array([1000, 1500, 2000, 2100, 2200, 2300]),
+            "end_ns": pa.array([1999, 2000, 2050, 2150, 2250, 2350]),
+            "op_name": ["Add", "MatMul", "hcom_allReduce_1", "hcom_allReduce_1", "hcom_allReduce_1", None],
+            "kernel_name": ["Add_k", None, "AllReduceAivKernel_k", None, None, None],
+            "task_type": ["AI_VECTOR_CORE", "AI_CORE", "HCCL", "HCCL", "HCCL", None],
+            "host_task_type": [
+                "KERNEL_AIVEC",
+                "KERNEL_AICORE",
+                "KERNEL_AIVEC",
+                "NOTIFY_WAIT",
+                "MEMCPY_ASYNC",
+                "EVENT_RECORD",
+            ],
+            "device_task_type": ["AI_CORE", "AI_CORE", "AI_CORE", "NOTIFY_WAIT", "SDMA", "EVENT_RECORD_SQE"],
+        },
+        2000,
+    )
+    assert [(r["task_id"], r["kernel_name"], r["kernel_type"]) for r in rows] == [
+        ("2", "N/A", "AI_CORE"),
+        ("3", "AllReduceAivKernel_k", "COMMUNICATION"),
+        ("4", "N/A", "NOTIFY_WAIT"),
+        ("5", "N/A", "MEMCPY_ASYNC"),
+        ("6", "N/A", "EVENT_RECORD"),
+    ]
+    assert [r["task_start(us)"] for r in rows][:2] == ["1.500\t", "2.000\t"]
 
 
 def test_appended_metrics_print_msprofs_integer_zero() -> None:

@@ -42,6 +42,7 @@ TASKS_BASE = _schema(
     ("device_task_type", DICT),  # from the device log (e.g. AI_CORE, AI_CPU, SDMA)
     ("host_task_type", DICT),  # task_track type (KERNEL_AICORE, KERNEL_AIVEC, MEMCPY_ASYNC, ...)
     ("op_name", DICT),  # node_basic_info op name, else the kernel name; null when unknown
+    ("kernel_name", DICT),  # the launch's task_track kernel name (hash_dic); null when 0 or not found
     ("op_type", DICT),
     ("task_type", DICT),  # GE task type: AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, MIX_AIV, HCCL, ...
     ("op_state", DICT),  # static / dynamic

@@ -533,3 +533,37 @@ def test_repeated_tensor_descriptions_print_like_the_first_one() -> None:
     assert rows.column("format").to_pylist() == ["ND", "FRACTAL_NZ", "ND", "FRACTAL_NZ", "ND"]
     assert rows.column("data_type").to_pylist() == ["FLOAT16", "DT_BF16", "FLOAT16", "DT_BF16", "FLOAT16"]
     assert rows.column("output").to_pylist() == [False, True, False, True, False]
+
+
+def test_every_launch_keeps_its_own_kernel_name_when_hash_dic_holds_it() -> None:
+    """msprof's task_track parser names a launch's kernel through hash_dic and stores ``N/A`` for a hash
+    it does not find, 0 included (``TaskTrackParser.format_task_track_data``): null here. The op name
+    of a described launch stays the node's."""
+    tasks, _ = _join(
+        ("api_event", apis([_node(100, 200, OP_A), _node(300, 400, OP_A), _node(500, 600, OP_A)]), 0),
+        (
+            "task_track",
+            launches(
+                [(T, 150, 2, 1, 0, AICORE), (T, 350, 2, 2, 0, AICORE), (T, 550, 2, 3, 0, AICORE)],
+                kernel=[KERNEL, UNKNOWN, 0],
+            ),
+            0,
+        ),
+        (
+            "node_basic_info",
+            node_info(
+                [(T, 200, OP_A, 0, TYPE_ADD), (T, 400, OP_A, 0, TYPE_ADD), (T, 600, OP_A, 0, TYPE_ADD)]
+            ),
+            0,
+        ),
+        (
+            "device_tasks@0",
+            device_tasks([(2, 1, 0, 700, 710), (2, 2, 0, 720, 730), (2, 3, 0, 740, 750)]),
+            DONE,
+        ),
+    )
+    assert rows(tasks, "op_name", "kernel_name") == [
+        ("layer/Add_1", "Add_kernel_1"),
+        ("layer/Add_1", None),
+        ("layer/Add_1", None),
+    ]

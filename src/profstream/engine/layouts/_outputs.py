@@ -108,23 +108,29 @@ def after_collection_start(
     end: str | None = "end_ns",
     *,
     at_start: bool = False,
+    as_text: bool = False,
 ) -> npt.NDArray[np.bool_]:
     """The rows msprof keeps after their device's collection start S (msprof_outputs.md §3.5, item 3).
 
     A row is kept when it starts after S or spans it (start < S < end), as
     ``Utils.filter_data_by_start_time_condition`` keeps summary rows; ``at_start`` also keeps rows
-    starting at S, as the timeline does (``MsprofTimeline.is_in_iteration``). Without ``end`` (counters)
-    only the start counts. Devices without a known S keep everything.
+    starting at S, as the timeline does (``MsprofTimeline.is_in_iteration``). ``as_text`` applies the
+    rule as msprof's Python summaries run it, on texts (op_summary's ``get_op_summary_data``,
+    task_time's ``TaskOpViewer.get_task_op_summary``): S is start_info's integer µs text, the start
+    a TAB-terminated 3-decimal cell and the end the 3-decimal sum of start and duration
+    (``float_calculate``), so ``"S.000\t" > "S"`` and ``"S" < "S.000"`` keep a row that starts at S
+    and one that ends at it. Without ``end`` (counters) only the start counts. Devices without a
+    known S keep everything.
     """
     devices = batch.column("device_id").to_numpy(zero_copy_only=False)
     bound = np.full(len(devices), np.iinfo(np.int64).min, np.int64)
     for device, s in starts.items():
         bound[devices == device] = s
     first = np.asarray(batch.column(start).fill_null(np.iinfo(np.int64).max).to_numpy(), np.int64)
-    kept: npt.NDArray[np.bool_] = (first >= bound) if at_start else (first > bound)
+    kept: npt.NDArray[np.bool_] = (first >= bound) if at_start or as_text else (first > bound)
     if end is not None:
         last = np.asarray(batch.column(end).fill_null(np.iinfo(np.int64).min).to_numpy(), np.int64)
-        kept |= (first < bound) & (last > bound)
+        kept |= (first < bound) & ((last >= bound) if as_text else (last > bound))
     return kept
 
 

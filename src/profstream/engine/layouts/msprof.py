@@ -34,6 +34,15 @@ Choices where the spec leaves room:
   apart, where msprof groups the whole run. msprof's C++ assembler (910B full exports) keeps only
   the context-0 rows of every group of several, so it drops a static graph's repeats
   (``FilterAscendTaskData``, ``task_time_assembler.cpp``); that is not reproduced.
+* task_time's kernel_name is the launch's task_track kernel name, as current msprof prints it: both
+  paths take the host task's kernel name first and the op name only for a task without a host task,
+  which has none here either (``TaskOpViewer._reformat_task_info``,
+  ``TaskTimeAssembler::AssembleTaskTime``); ``N/A`` when the hash is 0 or not in hash_dic, as the
+  Python parser stores it (``TaskTrackParser.format_task_track_data``). Its kernel_type follows
+  :func:`task_time_type`; a kernel of an op whose node_basic_info says HCCL, launched outside any
+  communication API, prints ``COMMUNICATION`` as the C++ names GE type 9 (``NumberMapping``
+  ``geTaskTypeMap``), where the Python prints ``HCCL``. Its collection-start filter compares texts as
+  op_summary's does.
 * api_statistic's ``Device_id`` is the collection's first device, as the real file in shared/realdata
   shows (``0``; a 310B, so msprof's Python path); the C++ path writes ``host``.
 * communication_statistic is not written for a device none of whose communication ops has a type
@@ -469,9 +478,9 @@ class HbmSummary(SummaryOutput):
 
 class WaitTime:
     """Adds ``wait_ns`` to rows in (device, start) order (op_summary's Task Wait Time, §2.1), then keeps
-    the rows msprof keeps after the device's collection start (:func:`after_collection_start`), a row
-    starting at it too: msprof compares the start cell, which ends in a TAB by then, with the start's
-    text (``get_op_summary_data``, ``Utils.filter_data_by_start_time_condition``), and ``"S\t" > "S"``.
+    the rows msprof keeps after the device's collection start, compared as texts
+    (:func:`after_collection_start` ``as_text``; ``get_op_summary_data``): a row starting or ending at
+    it is kept.
 
     The wait runs over every row, the left-out ones too, and the first row a device keeps gets a null
     wait, which msprof writes as the integer ``0`` (:data:`FIRST_WAIT`): it computes the waits before
@@ -487,7 +496,7 @@ class WaitTime:
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         devices = batch.column("device_id").to_numpy()
         wait = self._wait(batch.column("start_ns").to_numpy(), batch.column("end_ns").to_numpy(), devices)
-        kept = after_collection_start(batch, self._starts, at_start=True)
+        kept = after_collection_start(batch, self._starts, as_text=True)
         first = np.zeros(len(kept), np.bool_)
         for device in np.unique(devices[kept]).tolist():
             if device not in self._opened:
@@ -499,6 +508,21 @@ class WaitTime:
 
 #: how a device's first Task Wait Time prints (the other rows are rounded µs floats)
 FIRST_WAIT = "0"
+
+
+def task_time_type(batch: pa.RecordBatch) -> pa.Array:
+    """task_time's kernel_type: the GE task type msprof's ``TaskGear`` stored for the task, else its
+    runtime or device type (:func:`~profstream.engine.layouts.timeline.default_task_type`;
+    ``TaskOpViewer._reformat_task_info``). Of an HCCL task (``task_type`` ``HCCL`` here) ``TaskGear``
+    stores one only for a kernel (runtime ``KERNEL*`` or ``STARS_COMMON``), as ``COMMUNICATION``
+    (``HCCL_AI_CPU`` on an AI CPU, already so here; ``add_kernel_task``,
+    ``get_truth_task_type_for_kernel_hccl_task``): a notify or copy task prints its runtime type
+    (``NOTIFY_WAIT``, ``MEMCPY_ASYNC`` ...), as the 2023 910 timeline in shared/realdata types them."""
+    task_type, host = text(batch.column("task_type")), text(batch.column("host_task_type"))
+    kernel = pc.or_(pc.starts_with(host, "KERNEL"), pc.equal(host, "STARS_COMMON")).fill_null(False)
+    hccl = pc.equal(task_type, "HCCL").fill_null(False)
+    stored = pc.if_else(hccl, pc.if_else(kernel, "COMMUNICATION", pa.scalar(None, pa.string())), task_type)
+    return pc.coalesce(stored, default_task_type(batch))
 
 
 def _statistic_cells(head: Sequence[Cell]) -> list[Cell]:
@@ -692,8 +716,8 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
             named("task_time"),
             [
                 device,
-                Cell("kernel_name", "op_name"),
-                Cell("kernel_type", lambda b: pc.coalesce(text(b.column("task_type")), default_task_type(b))),
+                Cell("kernel_name", "kernel_name"),
+                Cell("kernel_type", task_time_type),
                 Cell("stream_id", "stream_id"),
                 Cell("task_id", "task_id"),
                 Cell("task_time(us)", duration, "duration_us"),
@@ -701,11 +725,12 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 stamp("task_stop(us)", "end_ns"),
             ],
             fmt=fmt,
-            # msprof leaves out tasks before the collection start (TaskOpViewer.get_task_op_summary)
+            # msprof leaves out tasks before the collection start, comparing texts
+            # (TaskOpViewer.get_task_op_summary)
             rows=lambda b: b.filter(
                 pc.and_(
                     pc.and_(pc.invert(is_op_row(b)), pa.array(task_time_groups(b))),
-                    pa.array(after_collection_start(b, context.collection_start_ns)),
+                    pa.array(after_collection_start(b, context.collection_start_ns, as_text=True)),
                 )
             ),
         ),

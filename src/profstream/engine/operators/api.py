@@ -125,6 +125,16 @@ class Dictionaries:
         values = ids if isinstance(ids, pa.Array) else pa.array(np.asarray(ids).astype(np.uint64))
         return _strings(resolve(values, self.hashes if self.hashes is not None else _EMPTY_HASHES))
 
+    def found_names(self, ids: Array | pa.Array) -> pa.Array:
+        """Strings of the uint64 hash ids hash_dic holds, null for any other (0 included), as msprof's
+        task_track parser names kernels (``TaskTrackParser.format_task_track_data``: ``N/A`` for a
+        hash it does not find)."""
+        values = ids if isinstance(ids, pa.Array) else pa.array(np.asarray(ids).astype(np.uint64))
+        hashes = (self.hashes if self.hashes is not None else _EMPTY_HASHES).column("hash")
+        keys = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
+        found = pc.is_in(values.cast(pa.uint64()), value_set=keys.cast(pa.uint64()))
+        return pc.if_else(found, self.names(values), pa.scalar(None, pa.string()))
+
     def type_names(self, levels: Array, types: Array) -> pa.Array:
         """Strings of (level, type) ids through type_info_dic."""
         level = np.asarray(levels).astype(np.uint64)

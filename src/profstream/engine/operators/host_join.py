@@ -36,6 +36,10 @@ the inner launch does not look for them.
 * anything else (memcpy, event record, ...): op name = the kernel name when the launch has one, else
   null; no op type or task type.
 
+Every launch also keeps its own ``kernel_name``: task_track ``kernelName`` through hash_dic, null
+when 0 or not in hash_dic (msprof's Python ``TaskTrackParser`` stores ``N/A`` then); task_time
+prints it (``TaskOpViewer._reformat_task_info``).
+
 Tensors: tensor_info records of the node API with the op's name; records with equal (op name,
 timestamp, thread) are one op's tensors split five at a time and are concatenated in order. Text as
 msprof's C++ prints it: dims joined by ``,`` up to the first 0, tensors by ``;``, formats and data
@@ -221,6 +225,7 @@ _TENSORS = pa.schema(
 HOST_COLUMNS = (
     "host_task_type",
     "op_name",
+    "kernel_name",
     "op_type",
     "task_type",
     "op_state",
@@ -239,7 +244,7 @@ _DESCRIBED = pa.schema(
         ("stream_id", I64T),
         ("task_id", I64T),
         ("time_ns", I64T),
-        *[(name, STR) for name in HOST_COLUMNS[:5]],
+        *[(name, STR) for name in HOST_COLUMNS[:6]],
         ("block_dim", I64T),
         ("mix_block_dim", I64T),
         *[(name, STR) for name in ("hf32_eligible", *TENSOR_COLUMNS)],
@@ -619,6 +624,7 @@ class HostJoin(Operator):
             "time_ns": launches.column("time_ns"),
             "host_task_type": host_type,
             "op_name": op_name,
+            "kernel_name": self.names.found_names(kernel_hash),
             "op_type": op_type,
             "task_type": task_type,
             "op_state": pick((described & aging, "dynamic"), (described, "static")),
