@@ -918,12 +918,13 @@ def test_step_trace_events_as_msprof_python_path_writes_them(graph_run: Run) -> 
 
 def test_torch_npu_empty_sums_print_as_integer_zero(torch_run: Run) -> None:
     """torch_npu's sums start at the integer 0, so an empty one prints ``0`` (the real step_trace_time.csv
-    and operator_details.csv never print ``0.0``)."""
+    and operator_details.csv's device cells never print ``0.0``; its host cells are floats)."""
     torch_run.export("torch_npu", "summary")
     out = torch_run.out / "torch_npu" / "ASCEND_PROFILER_OUTPUT"
     steps, details = rows(out / "step_trace_time.csv"), rows(out / "operator_details.csv")
     cells = [v for r in steps for k, v in r.items() if k != "Step"]
-    cells += [v for r in details for k, v in r.items() if k.endswith("(us)")]
+    cells += [v for r in details for k, v in r.items() if k.startswith("Device")]
+    assert all("." in v for r in details for k, v in r.items() if k.startswith("Host"))
     assert "0" in cells and "0.0" not in cells
     assert all(float(v) > 0 for v in cells if v != "0")
 

@@ -532,3 +532,30 @@ def test_msprof_step_trace_lists_the_60000_steps_among_the_iterations(tmp_path: 
     _, step, model = lines
     assert step.split(",") == ["0", "3", "N/A", "N/A", "7.500\t", "6.5", "N/A", "N/A", "N/A", "4294967295"]
     assert model.split(",")[:2] == ["0", "1"]
+
+
+def test_torch_npu_operator_details_prints_host_floats_and_device_float_sums(tmp_path: Path) -> None:
+    """Host durations are ``convert_ns2us_float`` floats, so a 0 ns self duration prints ``0.0``; device
+    cells print torch_npu's float sums as Python does, ``0`` where no kernel was added (``sum([])``;
+    ``OperatorViewParser.generate_view``)."""
+    [output] = [o for o in torch_npu_summary(_context(tmp_path)) if o.tables == ("operator_details",)]
+    residue = 23.74 + 172.763 + 14.5
+    batch = schema.conform(
+        schema.TABLES["operator_details"],
+        {
+            "device_id": pa.array([0], pa.int32()),
+            "op_id": [1],
+            "name": pa.array(["aten::add"]),
+            "host_self_ns": [0],
+            "host_total_ns": [12340],
+            "device_self_us": pa.array([None], pa.float64()),
+            "device_total_us": [residue],
+            "device_self_aicore_us": pa.array([None], pa.float64()),
+            "device_total_aicore_us": [14.5],
+        },
+    )
+    output.write("operator_details", batch)
+    [path] = output.close()
+    with path.open(newline="") as f:
+        [row] = list(csv.reader(f))[1:]
+    assert row[3:] == ["0.0", "12.34", "0", "211.00300000000001", "0", "14.5"]

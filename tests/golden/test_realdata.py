@@ -33,9 +33,12 @@ import pytest
 from profstream.engine.imports import ExportedRun, open_export
 from profstream.engine.kernels import overlap
 from profstream.engine.kernels._dispatch import FLUSH
+from profstream.engine.kernels.subtree import subtree_folds
+from profstream.engine.kernels.tree import Stack, nest
 from profstream.engine.operators.memory import MODULE_NAMES
 from profstream.engine.operators.statistics import OpStatistic, TaskWaitTime
 from profstream.engine.runtime import at
+from profstream.sinks._format import float_text
 from tests.engine.profdirs import PT_910B, REALDATA
 
 TEXT = PT_910B / "test/data/pytorch/text"
@@ -337,6 +340,77 @@ def test_kernel_wait_time_recomputed_to_within_one_ns(run: Path) -> None:
     ours = np.concatenate([wait(starts[:half], ends[:half]), wait(starts[half:], ends[half:])])
     assert ours[0] == expected[0] == 0
     assert np.abs(ours - expected).max() <= 1
+
+
+def _ns(ts: str) -> int:
+    return int(Decimal(ts) * 1000)
+
+
+def _micros_text(ns: np.ndarray) -> list[str]:
+    return float_text(pa.array(ns / 1000.0)).to_pylist()
+
+
+def _sums_text(sums: np.ndarray) -> list[str]:
+    return [text or "0" for text in float_text(pa.array(sums)).to_pylist()]
+
+
+@pytest.mark.parametrize("run", RUNS, ids=_ids(RUNS))
+def test_operator_details_durations_recomputed_from_the_trace(run: Path) -> None:
+    """operator_details.csv's six duration cells from trace_view.json by the engine's rules: the op tree
+    by :func:`nest`, host self/total as floats of µs, device sums by :func:`subtree_folds` over each
+    op's ``async_npu`` kernels in start order, rendered by :func:`float_text` (``0`` for no kernel).
+
+    Agreement: every row (859 per file, ProfilerStep left out) and every one of the six cells, in all
+    six files. The kernels' values here are the trace's own double µs (``0.60003125``), where the
+    engine adds its whole-ns durations / 1000: this checks the order, the float fold and the text.
+    Adding in reverse start order instead changes 45-93 cells per file.
+    """
+    ops = _read(_open(run), "ops")
+    ops = ops.filter(pc.equal(ops["kind"].cast(pa.string()), "cpu_op")).sort_by(
+        [("start_ns", "ascending"), ("op_id", "ascending")]
+    )
+    starts, ends = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    ids = np.arange(ops.num_rows)
+    parent, _ = nest(starts, ends, ops["tid"].to_numpy(), np.ones(ops.num_rows, np.bool_), ids, Stack.empty())
+    durations = ends - starts
+    children = np.zeros(ops.num_rows, np.int64)
+    np.add.at(children, parent[parent >= 0], durations[parent >= 0])
+    with (run / "ASCEND_PROFILER_OUTPUT/trace_view.json").open() as f:
+        events = json.load(f)
+    row_of = {
+        (p, t, s): i
+        for i, (p, t, s) in enumerate(
+            zip(ops["pid"].to_pylist(), ops["tid"].to_pylist(), starts.tolist(), strict=True)
+        )
+    }
+    xs = {(e["pid"], e["tid"], e["ts"]): e for e in events if e.get("ph") == "X"}
+    sources = {e["id"]: e for e in events if e.get("ph") == "s" and e.get("cat") == "async_npu"}
+    kernels: list[tuple[int, int, float, bool]] = []  # (start ns, op row, µs, AI_CORE)
+    for end in (e for e in events if e.get("ph") == "f" and e.get("cat") == "async_npu"):
+        source, kernel = sources[end["id"]], xs[(end["pid"], end["tid"], end["ts"])]
+        row = row_of[(source["pid"], source["tid"], _ns(source["ts"]))]
+        kernels.append(
+            (_ns(kernel["ts"]), row, float(kernel["dur"]), kernel["args"].get("Task Type") == "AI_CORE")
+        )
+    kernels.sort(key=lambda k: k[0])
+    node = np.array([k[1] for k in kernels], np.int64)
+    micros = np.array([k[2] for k in kernels])
+    aicore = np.array([k[3] for k in kernels], np.bool_)
+    device = [*subtree_folds(parent, node, micros), *subtree_folds(parent, node[aicore], micros[aicore])]
+    ours = list(
+        zip(
+            ops["name"].to_pylist(),
+            _micros_text(durations - children),
+            _micros_text(durations),
+            *(_sums_text(sums) for sums in device),
+            strict=True,
+        )
+    )
+    ours = [row for row in ours if not row[0].startswith("ProfilerStep#")]
+    with (run / "ASCEND_PROFILER_OUTPUT/operator_details.csv").open(newline="") as f:
+        theirs = [(r[0], *r[3:]) for r in list(csv.reader(f))[1:]]
+    assert len(ours) == len(theirs) == 859
+    assert ours == theirs
 
 
 OTHER_TRACES = sorted(p for p in REALDATA.glob("**/trace_view.json") if p.stat().st_size > 10_000)

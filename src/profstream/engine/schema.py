@@ -327,6 +327,12 @@ TABLES: Mapping[str, pa.Schema] = {
         ("device_total_ns", I64),  # kernels linked to its subtree
         ("device_self_aicore_ns", I64),  # the same, AI_CORE kernels only
         ("device_total_aicore_ns", I64),
+        # the same four as torch_npu sums them for its CSV: float µs added kernel by kernel in start
+        # order; null when no kernel was added (operators/operator_details.py)
+        ("device_self_us", F64),
+        ("device_total_us", F64),
+        ("device_self_aicore_us", F64),
+        ("device_total_aicore_us", F64),
     ),
     # msprof --analyze communication time info, one row per HCCL op (communication.json)
     "comm_ops": _schema(

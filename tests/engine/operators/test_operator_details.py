@@ -137,6 +137,16 @@ def test_hand_built_tree() -> None:
     assert (d["device_total_ns"], d["host_self_ns"]) == (0, 100)
     assert {r["device_id"] for r in rows.values()} == {0}
     assert a["input_shapes"] == "1,2"
+    # torch_npu's float µs sums, kernel by kernel in start order: the communication op (640) before k3
+    # and k4 (700), and Python's 0.05 + 0.02 + 0.02 leaves a residue that 0.02 + 0.02 + 0.05 does not
+    assert repr(c["device_self_us"]) == "0.09000000000000001"
+    assert (c["device_self_aicore_us"], a["device_self_us"], a["device_total_us"]) == (
+        0.02,
+        0.03,
+        0.05 + 0.03,
+    )
+    assert (a["device_self_aicore_us"], a["device_total_aicore_us"]) == (None, 0.05)  # sum([]) is 0
+    assert (d["device_self_us"], d["device_total_us"]) == (None, None)
 
 
 def test_subtree_waits_for_its_root_to_end() -> None:
@@ -183,15 +193,28 @@ def test_simulated_totals_match_the_flows(simulated: Path) -> None:
     kernels |= {(c["device_id"], None, c["start_ns"]): c for c in comm}  # a communication op: no stream
     by_source = {(o["pid"], o["tid"], o["start_ns"]): o["op_id"] for o in ops}  # later (deeper) wins
     own: dict[int, int] = defaultdict(int)
+    own_kernels: dict[int, list[tuple[int, int]]] = defaultdict(list)  # (start, duration)
     for flow in flows:
         task = kernels[flow["dst_device_id"], flow["dst_tid"], flow["dst_ns"]]
-        own[by_source[flow["src_pid"], flow["src_tid"], flow["src_ns"]]] += task["end_ns"] - task["start_ns"]
+        source = by_source[flow["src_pid"], flow["src_tid"], flow["src_ns"]]
+        own[source] += task["end_ns"] - task["start_ns"]
+        own_kernels[source].append((task["start_ns"], task["end_ns"] - task["start_ns"]))
     children: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
     for o in ops:
         children[o["parent_id"]].append(o)
 
     def subtree(op_id: int) -> int:
         return own[op_id] + sum(subtree(c["op_id"]) for c in children[op_id])
+
+    def subtree_kernels(op_id: int) -> list[tuple[int, int]]:
+        return own_kernels[op_id] + [k for c in children[op_id] for k in subtree_kernels(c["op_id"])]
+
+    def float_sum(listed: list[tuple[int, int]]) -> float | None:
+        """torch_npu's ``sum([float(kernel.dur) ...])`` of µs in start order (None: ``sum([])``)."""
+        total = None
+        for _, ns in sorted(listed, key=lambda k: k[0]):
+            total = ns / 1000 if total is None else total + ns / 1000
+        return total
 
     assert flows and len(details) == sum(1 for o in ops if "ProfilerStep#" not in o["name"])
     for o in ops:
@@ -206,6 +229,8 @@ def test_simulated_totals_match_the_flows(simulated: Path) -> None:
         )
         assert row["device_self_ns"] == own[o["op_id"]]
         assert row["device_total_ns"] == subtree(o["op_id"])
+        assert row["device_self_us"] == float_sum(own_kernels[o["op_id"]])
+        assert row["device_total_us"] == float_sum(subtree_kernels(o["op_id"]))
     roots = [o for o in ops if o["parent_id"] is None and "ProfilerStep#" not in o["name"]]
     assert all(details[r["op_id"]]["device_total_ns"] == subtree(r["op_id"]) for r in roots)
     assert sum(own.values()) > 0

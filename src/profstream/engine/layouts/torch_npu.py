@@ -257,9 +257,9 @@ def _operator_memory_duration(batch: pa.RecordBatch) -> pa.Array:
 
 
 def summed_micros(header: str, column: str) -> Cell:
-    """A sum of ns as µs the way torch_npu prints its sums: a float, but the integer ``0`` where nothing
-    was added (its sums start at ``0``: ``_trace_step_time_parser`` ``default_time``, ``sum([])`` in
-    ``_operator_view_parser``; the real files print ``0``, never ``0.0``)."""
+    """A sum of ns as µs the way torch_npu prints step_trace_time's sums: a float, but the integer ``0``
+    where nothing was added (its sums start at ``0``: ``_trace_step_time_parser`` ``default_time``;
+    the real files print ``0``, never ``0.0``)."""
     micros = scaled(column, 1000.0)
 
     def values(batch: pa.RecordBatch) -> pa.Array:
@@ -361,15 +361,17 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
                 Cell("Name", "name"),
                 Cell("Input Shapes", lambda b: torch_op_lines(b.column("input_shapes")), null=""),
                 Cell("Call Stack", lambda b: torch_op_lines(b.column("call_stack")), null=""),
+                # floats, 0.0 included (torch_npu's ``convert_ns2us_float``)
+                Cell("Host Self Duration(us)", scaled("host_self_ns", 1000.0)),
+                Cell("Host Total Duration(us)", scaled("host_total_ns", 1000.0)),
+                # torch_npu's float sums, ``0`` where no kernel was added (operators/operator_details.py)
                 *(
-                    summed_micros(header, column)
+                    Cell(header, column, null="0")
                     for header, column in (
-                        ("Host Self Duration(us)", "host_self_ns"),
-                        ("Host Total Duration(us)", "host_total_ns"),
-                        ("Device Self Duration(us)", "device_self_ns"),
-                        ("Device Total Duration(us)", "device_total_ns"),
-                        ("Device Self Duration With AICore(us)", "device_self_aicore_ns"),
-                        ("Device Total Duration With AICore(us)", "device_total_aicore_ns"),
+                        ("Device Self Duration(us)", "device_self_us"),
+                        ("Device Total Duration(us)", "device_total_us"),
+                        ("Device Self Duration With AICore(us)", "device_self_aicore_us"),
+                        ("Device Total Duration With AICore(us)", "device_total_aicore_us"),
                     )
                 ),
             ],

@@ -22,6 +22,17 @@ tree (``ops`` rows of kind ``cpu_op``) except ``ProfilerStep#*`` ops, in op orde
   HostToDevice flow ends (:mod:`~profstream.engine.operators.launches`), as in FrameworkOps: a
   communication op counts once, with its own duration (torch_npu sums the X event on its group's
   thread), not its HCCL tasks.
+* The CSV's device cells are torch_npu's float sums: µs per kernel added one at a time
+  (``OperatorViewParser.generate_view``: ``sum([float(kernel.dur) ...])``), so the printed value keeps
+  the float residue (``23.74 + 172.763 + 14.5`` prints ``211.00300000000001``) and is the integer
+  ``0`` when no kernel was added (``sum([])``; "With AICore" adds ``0`` for other kernels, which
+  changes nothing). The ``*_us`` columns carry these sums beside the exact int64 ns ones. torch_npu's
+  list is the kernels of the op's correlation ids in enqueue order; we add them in kernel start
+  order (:func:`~profstream.engine.kernels.subtree.subtree_folds`), which reproduces every device
+  cell of the six real operator_details.csv files in shared/realdata from their trace_view.json
+  (tests/golden). Choice: Python's own left-to-right ``sum``, as the real files' Python 3.9 adds;
+  from Python 3.12 ``sum`` of floats compensates its rounding, and torch_npu run there would print
+  the exact decimal more often.
 * A flow names its source by (pid, tid, start) and its kernel by (device, stream, start), a
   communication op's stream being null: a flow is
   joined to a held task of that key (several flows of one key take distinct tasks, in order) and to
@@ -37,9 +48,10 @@ so held tasks starting before ``W`` will get no flow and are dropped. A root op 
 subtree) is final once it ended before ``W``: every descendant started before the root's end, and so
 did every flow from it. Rows are emitted in op order up to the first op whose root is not final, so
 the operator holds the ops of the open root subtrees (in a training loop, the current
-``ProfilerStep`` — about one step of ops, bounded by FrameworkOps' reorder bound) and the tasks
-whose flows are not known yet. Ops whose parent was already emitted (late ops, which FrameworkOps
-counts too), flows without a task or a pending op are counted and logged.
+``ProfilerStep`` — about one step of ops, bounded by FrameworkOps' reorder bound), the tasks
+whose flows are not known yet and the kernels linked to held ops (for the float sums). Ops whose
+parent was already emitted (late ops, which FrameworkOps counts too), flows without a task or a
+pending op are counted and logged.
 """
 
 from __future__ import annotations
@@ -51,8 +63,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream import events
-from profstream.engine.kernels._dispatch import NULL, Int64Array
-from profstream.engine.kernels.subtree import subtree_sums
+from profstream.engine.kernels._dispatch import NULL, FloatArray, Int64Array
+from profstream.engine.kernels.subtree import subtree_folds, subtree_sums
 from profstream.engine.operators._state import (
     concat,
     empty_columns,
@@ -72,9 +84,15 @@ PROFILER_STEP = "ProfilerStep#"
 AI_CORE = "AI_CORE"
 _OPS = ("id", "parent", "pid", "tid", "start", "end", "self", "self_aicore", "device")
 _TASKS = ("device", "stream", "start", "dur", "aicore")
+#: kernels linked to a held op (by op id), kept for the float sums
+_LINKED = ("op", "start", "dur", "aicore")
 _TEXTS = pa.schema([("name", pa.string()), ("input_shapes", pa.string()), ("call_stack", pa.string())])
 _COUNTERS = ("late_ops", "flows_without_task", "flows_without_op", "tasks_without_flow")
 _NO_DEVICE = np.iinfo(np.int64).max
+
+
+def _float_sums(values: FloatArray) -> pa.Array:
+    return pa.array(values, pa.float64(), mask=np.isnan(values))
 
 
 def _strings(batch: pa.RecordBatch, name: str) -> pa.Array:
@@ -99,6 +117,7 @@ class OperatorDetails(Operator):
         self._ops = empty_columns(_OPS)
         self._texts = _TEXTS.empty_table()
         self._tasks = empty_columns(_TASKS)
+        self._linked = empty_columns(_LINKED)
         self._counts = dict.fromkeys(_COUNTERS, 0)
 
     # ------------------------------------------------------------------ operator protocol
@@ -211,6 +230,8 @@ class OperatorDetails(Operator):
         np.add.at(self._ops["self"], op, dur)
         np.add.at(self._ops["self_aicore"], op, dur * aicore)
         np.minimum.at(self._ops["device"], op, device)
+        kernels = {"op": self._ops["id"][op], "start": tasks["start"][found], "dur": dur, "aicore": aicore}
+        self._linked = concat(self._linked, kernels)
 
     def _find_ops(self, pid: Int64Array, tid: Int64Array, start: Int64Array) -> Int64Array:
         """The pending op (row) of each flow source, the deepest of equal keys; -1 if none."""
@@ -244,6 +265,7 @@ class OperatorDetails(Operator):
         children = np.zeros(n, np.int64)
         np.add.at(children, parent[parent >= 0], durations[parent >= 0])
         totals = subtree_sums(parent, np.stack([ops["self"], ops["self_aicore"]]))
+        micros = self._micros(parent)
         head = np.arange(cut)
         texts = self._texts.slice(0, cut)
         device = np.full(cut, self.devices[0], np.int64) if len(self.devices) == 1 else ops["device"][head]
@@ -262,11 +284,29 @@ class OperatorDetails(Operator):
                 "device_total_ns": totals[0, head],
                 "device_self_aicore_ns": ops["self_aicore"][head],
                 "device_total_aicore_ns": totals[1, head],
+                **{name: _float_sums(values[head]) for name, values in micros.items()},
             },
         ).filter(keep)
         self._ops = take(ops, slice(cut, None))
+        self._linked = take(self._linked, find(ops["id"], self._linked["op"]) >= cut)
         self._texts = self._texts.slice(cut)
         return [("operator_details", batch)] if batch.num_rows else []
+
+    def _micros(self, parent: Int64Array) -> dict[str, FloatArray]:
+        """torch_npu's float µs sums of the held ops (module docstring), NaN where nothing was added."""
+        linked = self._linked
+        order = np.argsort(linked["start"], kind="stable")
+        node = find(self._ops["id"], linked["op"])[order]
+        micros = linked["dur"][order] / 1000.0
+        aicore = linked["aicore"][order] == 1
+        own, total = subtree_folds(parent, node, micros)
+        own_aicore, total_aicore = subtree_folds(parent, node[aicore], micros[aicore])
+        return {
+            "device_self_us": own,
+            "device_total_us": total,
+            "device_self_aicore_us": own_aicore,
+            "device_total_aicore_us": total_aicore,
+        }
 
     # ------------------------------------------------------------------ snapshots
 
@@ -278,6 +318,7 @@ class OperatorDetails(Operator):
                 "ops": self._ops,
                 "texts": self._texts.combine_chunks(),
                 "tasks": self._tasks,
+                "linked": self._linked,
                 "counts": self._counts,
             }
         )
@@ -285,6 +326,6 @@ class OperatorDetails(Operator):
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
         self._inbox = {k: [] if v is None else v.to_batches() for k, v in doc["inbox"].items()}
-        self._ops, self._tasks = doc["ops"], doc["tasks"]
+        self._ops, self._tasks, self._linked = doc["ops"], doc["tasks"], doc["linked"]
         self._texts = doc["texts"]
         self._counts = dict(doc["counts"])
