@@ -559,3 +559,26 @@ def test_torch_npu_operator_details_prints_host_floats_and_device_float_sums(tmp
     with path.open(newline="") as f:
         [row] = list(csv.reader(f))[1:]
     assert row[3:] == ["0.0", "12.34", "0", "211.00300000000001", "0", "14.5"]
+
+
+def test_torch_npu_preparing_without_a_first_task_is_minus_one_minus_the_host_start(tmp_path: Path) -> None:
+    """torch_npu's ``get_prepare_time``: first task start - host start, floats of µs; a step that got
+    only Free or hcom_receive pieces keeps its first task time ``-1``, so it prints ``-1 -`` the host
+    start on the local wall clock (``convert_ns2us_float``): -1 - 1736408883694699.51 is
+    -1736408883694700.5 in doubles; ``0`` for the step-less row without torch ops (``0``)."""
+    context = replace(_context(tmp_path), wall_offset_ns=1_736_408_000_000_000_000)
+    [output] = [o for o in torch_npu_summary(context) if o.tables == ("step_time",)]
+    batch = schema.conform(
+        schema.TABLES["step_time"],
+        {
+            "device_id": pa.array([0] * 4, pa.int32()),
+            "step": pa.array([1, 2, 3, None]),
+            "computing_ns": pa.array([10, 10, 0, 0]),
+            "preparing_ns": pa.array([1500, 0, None, None]),
+            "host_start_ns": pa.array([100, 200, 883_694_699_510, None]),
+        },
+    )
+    output.write("step_time", batch)
+    [path] = output.close()
+    with path.open(newline="") as f:
+        assert [r["Preparing"] for r in csv.DictReader(f)] == ["1.5", "0.0", "-1736408883694700.5", "0"]

@@ -291,6 +291,9 @@ TABLES: Mapping[str, pa.Schema] = {
         ("bubble_ns", I64),
         ("communication_not_overlapped_exclude_receive_ns", I64),
         ("preparing_ns", I64),
+        # the host start Preparing subtracts from (the framework step's start; the step-less row: the
+        # first torch op); null without one
+        ("host_start_ns", I64),
     ),
     "op_statistic": _schema(
         ("device_id", I32),

@@ -269,6 +269,22 @@ def summed_micros(header: str, column: str) -> Cell:
     return Cell(header, values, null="0")
 
 
+def _preparing(wall_offset_ns: int) -> Cell:
+    """step_trace_time's Preparing as torch_npu's ``get_prepare_time`` gives it: the first task's start
+    minus the host start, in µs floats (``0.0`` included); for a row without a Computing or
+    Communication piece its first task time is still ``-1``, so ``-1 - host start`` (the local
+    wall-clock µs ``convert_ns2us_float`` gives: a large negative number); ``0`` without a host start
+    (the step-less row without torch ops)."""
+
+    def values(batch: pa.RecordBatch) -> pa.Array:
+        micros = pc.divide(pc.cast(batch.column("preparing_ns"), pa.float64()), 1000.0)
+        starts = batch.column("host_start_ns").to_pylist()
+        unset = [None if start is None else -1 - (start + wall_offset_ns) / 1000 for start in starts]
+        return pc.coalesce(micros, pa.array(unset, pa.float64()))
+
+    return Cell("Preparing", values, null="0")
+
+
 def _api_statistic_cells(head: Sequence[Cell]) -> list[Cell]:
     """api_statistic.csv as that CANN generation printed it: the communication level is ``hccl`` (every
     api_statistic.csv of msinsight-torchnpu-910b; msprof's current code says ``communication``)."""
@@ -384,7 +400,8 @@ def summary_outputs(context: Context, framework: ExperimentalConfig | None = Non
             "step_trace_time.csv",
             [
                 Cell("Step", "step", null=""),
-                *(summed_micros(header, column) for header, column in STEP_TIME_COLUMNS),
+                *(summed_micros(header, column) for header, column in STEP_TIME_COLUMNS[:-1]),
+                _preparing(context.wall_offset_ns),
             ],
             line_end=CRLF,
         ),

@@ -33,7 +33,9 @@ Computing, Communication, Communication(Not Overlapped) and Free sum the lane pi
 start; Bubble sums the ``hcom_receive*`` communication ops the same way; Overlapped = Communication -
 Not Overlapped; Stage = (last end - first start over every counted piece, Bubble included) - Bubble;
 Communication(Not Overlapped and Exclude Receive) = max(Not Overlapped - Bubble, 0); Preparing = first
-Computing/Communication start - host step start (null without a host start or without such a piece).
+Computing/Communication start - host step start (null without a host start or without such a piece;
+the row carries the host start, from which torch_npu's CSV prints ``-1 - start`` in µs for a row
+without such a piece: ``get_prepare_time`` subtracts from ``FIRST_TASK_TS``, still its ``-1``).
 Only steps that received a piece get a row. Without a step stream (or when it never delivers a step)
 one row with a null step sums everything, as torch_npu does without steps; with framework steps its
 Preparing is the first Computing/Communication start minus the earliest torch op's start (the ``ops``
@@ -412,6 +414,7 @@ class Overlap(Operator):
                     np.maximum(not_overlapped - bubble, 0)
                 ),
                 "preparing_ns": pa.array(preparing, mask=(acc[_FIRST_TASK] == NULL) | (keys[_HOST] == NULL)),
+                "host_start_ns": pa.array(keys[_HOST], mask=keys[_HOST] == NULL),
             },
         )
         return [(self.outputs[1], batch)]
