@@ -264,21 +264,22 @@ def test_msprof_npu_module_mem_prints_kilobytes_rounded_and_a_release_only_sampl
     tmp_path: Path,
 ) -> None:
     """msprof's npu_module_mem viewer: bytes / 1024 rounded to 3 decimals, the integer -1 where only a
-    release was captured (``NpuModuleMemViewer._npu_module_mem_reformat``)."""
+    release was captured and the integer 0 for an empty module (``NpuModuleMemViewer.
+    _npu_module_mem_reformat`` rounds only positive sizes)."""
     [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("npu_module_mem",)]
     batch = schema.conform(
         schema.TABLES["npu_module_mem"],
         {
-            "device_id": pa.array([0, 0], pa.int32()),
-            "component": pa.array(["HCCL", "GE"]),
-            "time_ns": pa.array([1000, 2000]),
-            "total_reserved_bytes": pa.array([1500, None], pa.int64()),
+            "device_id": pa.array([0, 0, 0], pa.int32()),
+            "component": pa.array(["HCCL", "GE", "SLOG"]),
+            "time_ns": pa.array([1000, 2000, 3000]),
+            "total_reserved_bytes": pa.array([1500, None, 0], pa.int64()),
         },
     )
     output.write("npu_module_mem", batch)
     [path] = output.close()
     with path.open(newline="") as f:
-        assert [r["Total Reserved(KB)"] for r in csv.DictReader(f)] == ["1.465", "-1"]
+        assert sorted(r["Total Reserved(KB)"] for r in csv.DictReader(f)) == ["-1", "0", "1.465"]
 
 
 @given(

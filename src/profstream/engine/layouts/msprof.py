@@ -64,10 +64,10 @@ Choices where the spec leaves room:
   a negative Size). An allocation never released prints ``0.0`` as its Duration and release totals:
   ``NpuOpMemCalculator`` stores ``NumberConstant.NULL_NUMBER`` (0) there and ``NpuOpMemViewer``
   rounds it as any other value.
-* npu_module_mem prints an empty module's ``0`` bytes as ``0.0``: msprof's Python viewer rounds only
-  positive sizes and prints the integer ``0`` (``NpuModuleMemViewer._npu_module_mem_reformat``), its
-  C++ assembler ``std::to_string`` of the KB; one cell cannot print both that ``0`` and the ``-1``
-  of a release-only sample, so this is not reproduced.
+* npu_module_mem follows msprof's Python viewer (``NpuModuleMemViewer._npu_module_mem_reformat``): it
+  rounds only positive sizes and prints the others as they are, an empty module's integer ``0`` and a
+  release-only sample's ``-1``; the C++ assembler prints ``std::to_string`` of the KB
+  (``NpuModuleMemAssembler::AssembleData``).
 """
 
 from __future__ import annotations
@@ -170,6 +170,13 @@ def kilobytes(header: str, source: Source, divisor: float = 1024.0, null: str = 
     print them (``viewer/npu_mem_viewer.py``, ``npu_mem_rec_viewer.py``, ``npu_op_mem_viewer.py``)."""
     values = scaled(source, divisor)
     return Cell(header, lambda batch: pc.round(values(batch), 3), null=null)
+
+
+def _module_kilobytes(batch: pa.RecordBatch) -> pa.Array:
+    """npu_module_mem's KB text: rounded to 3 decimals, the integer ``0`` for an empty module."""
+    sizes = batch.column("total_reserved_bytes")
+    kilobytes = pc.round(pc.divide(pc.cast(sizes, pa.float64()), 1024.0), 3)
+    return pc.if_else(pc.equal(sizes, 0), pa.scalar("0"), float_text(kilobytes))
 
 
 def metric_header(name: str) -> str:
@@ -782,8 +789,9 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 device,
                 Cell("Component", "component"),
                 stamp("Timestamp(us)", "time_ns"),
-                # a release-only sample prints as the integer -1 (NpuModuleMemViewer._npu_module_mem_reformat)
-                kilobytes("Total Reserved(KB)", "total_reserved_bytes", null="-1"),
+                # a release-only sample prints as the integer -1, an empty module as the integer 0
+                # (NpuModuleMemViewer._npu_module_mem_reformat)
+                Cell("Total Reserved(KB)", _module_kilobytes, null="-1"),
                 Cell("Device", device_type),
             ],
             fmt=fmt,

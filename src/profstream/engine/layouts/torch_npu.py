@@ -12,8 +12,13 @@ api_statistic, npu_module_mem and operator_details end in LF; those bytes went t
 conversion, since operator_details' cells hold ``;\\n`` where the same run's trace_view.json (JSON,
 escaped) holds torch_npu's ``;\\r\\n``. The files copied from CANN lose ``Device_id``;
 memory files print absent values as empty cells, sizes as floats (KB, MB = bytes/1024²) and durations
-like timestamps (three decimals and a TAB). ``Block Dim``/``Mix Block Dim`` are the headers of that CANN
-generation (msprof's current C++ says ``Block Num``). memory_record lists APP rows first, then the
+like timestamps (three decimals and a TAB). npu_module_mem's MB is a float always, ``0.0`` for an empty
+module (``NpuModuleMemoryBean``: ``float`` of msprof's KB cell / 1024, so msprof's integer ``0`` becomes
+``0.0`` and its ``-1`` ``-0.0009765625``, as every real file in shared/realdata prints them). Choice:
+MB from the bytes, where torch_npu divides msprof's printed KB (Python: rounded to 3 decimals; C++:
+``std::to_string`` of the size / 1024); they agree when a size is whole KB, as in every real file.
+``Block Dim``/``Mix Block Dim`` are the headers of that CANN generation (msprof's current C++ says
+``Block Num``). memory_record lists APP rows first, then the
 others, each in time order. operator_memory lists the PyTorch allocator's rows first, sorted by
 allocation time as torch_npu sorts its groups (§4b point 4), then GE's with ``cann::`` before their
 names (§4b point 7) in release-time order and with CANN's Duration cell: torch_npu copies CANN's rows as
