@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import (
     Cell,
     Context,
+    Processes,
     SortedSpool,
     SummaryOutput,
     after_collection_start,
@@ -30,10 +32,11 @@ from profstream.engine.layouts.msprof import (
     op_summary_rows,
     summary_outputs,
 )
-from profstream.engine.layouts.timeline import default_task_type
+from profstream.engine.layouts.timeline import AscendHardware, Cann, PrunedCann, default_task_type
 from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.layouts.torch_npu import summary_outputs as torch_npu_summary
 from profstream.engine.schema import NO_ID
+from profstream.sinks import FlowEvents
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
 
@@ -583,3 +586,63 @@ def test_torch_npu_preparing_without_a_first_task_is_minus_one_minus_the_host_st
     [path] = output.close()
     with path.open(newline="") as f:
         assert [r["Preparing"] for r in csv.DictReader(f)] == ["1.5", "0.0", "-1736408883694700.5", "0"]
+
+
+def _flows(events: list[object], phase: str) -> list[tuple[str, int, int]]:
+    """(id, tid, ts in ns) of the HostToDevice flow events of one phase."""
+    out = []
+    for event in events:
+        if isinstance(event, FlowEvents) and event.phase == phase:
+            ids, tids, times = (
+                pa.array(v) if not isinstance(v, pa.Array) else v for v in (event.id, event.tid, event.ts_ns)
+            )
+            out += list(zip(ids.to_pylist(), tids.to_pylist(), times.to_pylist(), strict=True))
+    return out
+
+
+def test_host_to_device_flows_start_once_per_launching_api(tmp_path: Path) -> None:
+    """msprof's C++ CANN layer writes one flow start per API record -- every node-level API and the API
+    of a MEMCPY_ASYNC task (``CannAssembler`` ``GenerateConnectionTrace``) -- and Ascend Hardware one
+    flow end per task (``GenerateTaskConnectionTrace``): a node API whose op ran two contexts, or an API
+    that launched two copies, has one start and two ends."""
+    context = _context(tmp_path)
+    api = schema.conform(
+        schema.TABLES["api"],
+        {
+            "level": ["acl", "node", "node", "acl"],
+            "name": ["aclnnMatmul", "launch", "launch", "aclrtMemcpyAsync"],
+            "thread_id": [7, 7, 7, 7],
+            "start_ns": [100, 110, 300, 500],
+            "end_ns": [200, 190, 350, 600],
+            "connection_id": [1, 2, 3, 4],
+        },
+    )
+    tasks = schema.conform(
+        schema.tasks_schema(()),
+        {
+            "device_id": pa.array([0] * 4, pa.int32()),
+            "stream_id": pa.array([5] * 4, pa.int32()),
+            "task_id": pa.array([1, 1, 2, 3], pa.int32()),
+            "batch_id": pa.array([0] * 4, pa.int32()),
+            "context_id": [0, 1, NO_ID, NO_ID],
+            "start_ns": [1000, 1000, 2000, 2100],
+            "end_ns": [1500, 1500, 2050, 2150],
+            "op_name": ["MatMul", "MatMul", None, None],
+            "task_type": ["MIX_AIC", "MIX_AIC", None, None],
+            "host_task_type": ["KERNEL_MIX_AIC", "KERNEL_MIX_AIC", "MEMCPY_ASYNC", "MEMCPY_ASYNC"],
+            "device_task_type": ["MIX_AIC", "MIX_AIC", "SDMA", "SDMA"],
+            "connection_id": [2, 2, 4, 4],
+            "launch_ns": [110, 110, 500, 500],
+            "launch_thread_id": [7, 7, 7, 7],
+        },
+    )
+    ends = _flows(list(AscendHardware(context, Processes()).events(tasks)), "f")
+    assert Counter(i for i, _, _ in ends) == {str(2 << 32): 2, str(4 << 32): 2}
+    starts = [
+        *_flows(list(Cann(context, Processes()).events(api)), "s"),
+        *_flows(list(AscendHardware(context, Processes()).events(tasks)), "s"),
+    ]
+    # node APIs 2 and 3 (3 launched nothing seen), memcpy API 4; not the ACL API of the kernel
+    assert sorted(starts) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300), (str(4 << 32), 7, 500)])
+    pruned = _flows(list(PrunedCann(context, Processes()).events(api)), "s")
+    assert sorted(pruned) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300)])

@@ -26,9 +26,10 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
 * Communication: an HCCL task's ``notify_id`` is decimal text (C++ ``CommunicationTaskData.notifyId``
   is a string), the comm table's null (an all-ones id) as ``18446744073709551615``, as the real
   trace_view.json files in shared/realdata print it.
-* HostToDevice flows (§3.7, C++ form): ``s`` at the launching API on the CANN layer, ``f`` at the
-  device task on Ascend Hardware, ``id = str(connection_id << 32)``, name ``HostToDevice{id}``,
-  for tasks with an op name.
+* HostToDevice flows (§3.7, C++ form): ``id = str(connection_id << 32)``, name ``HostToDevice{id}``;
+  one ``s`` per launching API on the CANN layer, at its start on its thread, and an ``f`` at each
+  device task or communication op it launched (so one ``s`` for the several ``f`` of an API whose
+  op runs several tasks, e.g. a MIX kernel's contexts).
 
 * Collection start (§3.5 item 3): each device layer draws only what starts at or after the device's
   start_info ``clockMonotonicRaw`` or spans it, counters only samples from it on (``_Layer.span``;
@@ -42,10 +43,16 @@ Iteration Refresh and Reduce slices, and the Data_aug Bound flow pair where mspr
 (§3.6); a 60000/60001 step is an iteration slice (FP and BP ``N/A``), as both msprof paths draw every row
 of the ``training_trace`` table (``StepTraceViewer.get_step_trace_timeline``,
 ``StepTraceAssembler::GenerateTrainTrace``), where ``CreateTrainingTrace.update_step_time`` put them.
-HostToDevice flows start at the launching API on the CANN layer and end where msprof's C++ ends them
-(:mod:`~profstream.engine.operators.launches`): on a task with an op name (not an HCCL task), on every
-MEMCPY_ASYNC task, and on each communication op at its start on its group thread. torch_npu's
-``async_npu`` flows end on the same events.
+HostToDevice flows end where msprof's C++ ends them (:mod:`~profstream.engine.operators.launches`): on
+a task with an op name (not an HCCL task), on every MEMCPY_ASYNC task, and on each communication op at
+its start on its group thread. torch_npu's ``async_npu`` flows end on the same events. They start where
+``CannAssembler``'s ``GenerateConnectionTrace`` starts them, once per API record: at every node-level
+API, whether or not a task of it was seen (the CANN layer draws these), and at the API that launched a
+MEMCPY_ASYNC task (Ascend Hardware draws these, one per connection id of a batch, as the API table does
+not say which APIs launched one). Choices: a MEMCPY_ASYNC task launched inside a node API gets a second
+``s`` at that API (msprof draws one); a kernel launched outside any node API keeps its ``f`` and gets no
+``s``, as no rule of msprof's starts one there; the ACL record/wait-event APIs, whose tasks have no
+flow end here, get none either.
 """
 
 from __future__ import annotations
@@ -205,21 +212,46 @@ class AscendHardware(_Layer):
             },
         )
         flows = rows.filter(task_flow_ends(rows))
-        yield from host_to_device(self.context, flows, pid, flows.column("stream_id"))
+        yield from flow_ends(self.context, flows, pid, flows.column("stream_id"))
+        # the flow start at the API that launched a MEMCPY_ASYNC task, once per API (module docstring)
+        memcpy = flows.filter(
+            pc.fill_null(pc.equal(text(flows.column("host_task_type")), MEMCPY_ASYNC), False)
+        )
+        first = np.unique(memcpy.column("connection_id").to_numpy(), return_index=True)[1]
+        memcpy = memcpy.take(pa.array(np.sort(first)))
+        yield from flow_starts(
+            self.context,
+            memcpy.column("connection_id"),
+            memcpy.column("launch_thread_id"),
+            memcpy.column("launch_ns"),
+        )
 
 
-def host_to_device(
+def _flow_names(connection_id: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """The HostToDevice flow id (``connection_id << 32``) and name of each launching API."""
+    flow_id = text(pc.shift_left(connection_id, 32))
+    return flow_id, pc.binary_join_element_wise("HostToDevice", flow_id, "")
+
+
+def flow_starts(
+    context: Context, connection_id: pa.Array, thread: pa.Array, start_ns: pa.Array
+) -> Iterator[Events]:
+    """The HostToDevice flow start of each launching API: at its start on its CANN-layer thread."""
+    if not len(connection_id):
+        return
+    flow_id, name = _flow_names(connection_id)
+    cann = format_pid(context.process_id, CANN_SORT, HOST_SLOT)
+    yield FlowEvents("s", name, cann, thread, local(context, start_ns), "HostToDevice", flow_id)
+
+
+def flow_ends(
     context: Context, flows: pa.RecordBatch, pid: int, tid: pa.Array | np.ndarray
 ) -> Iterator[Events]:
-    """The HostToDevice flow of each row: from its launching API on the CANN layer (``launch_ns``,
-    ``launch_thread_id``) to its start on ``pid``/``tid``; id ``connection_id << 32``."""
+    """The HostToDevice flow end of each row, at its start on ``pid``/``tid``, from the API of its
+    ``connection_id``."""
     if not flows.num_rows:
         return
-    flow_id = text(pc.shift_left(flows.column("connection_id"), 32))
-    name = pc.binary_join_element_wise("HostToDevice", flow_id, "")
-    cann = format_pid(context.process_id, CANN_SORT, HOST_SLOT)
-    start = local(context, flows.column("launch_ns"))
-    yield FlowEvents("s", name, cann, flows.column("launch_thread_id"), start, "HostToDevice", flow_id)
+    flow_id, name = _flow_names(flows.column("connection_id"))
     yield FlowEvents("f", name, pid, tid, local(context, flows.column("start_ns")), "HostToDevice", flow_id)
 
 
@@ -261,16 +293,29 @@ class Cann(_Layer):
                 "connection_id": batch.column("connection_id"),
             },
         )
+        yield from self.flow_starts(batch)
+
+    def flow_starts(self, batch: pa.RecordBatch) -> Iterator[Events]:
+        """The HostToDevice flow start of every node-level API (module docstring)."""
+        node = pc.and_(
+            pc.equal(text(batch.column("level")), "node"), pc.is_valid(batch.column("connection_id"))
+        )
+        rows = batch.filter(node)
+        yield from flow_starts(
+            self.context, rows.column("connection_id"), rows.column("thread_id"), rows.column("start_ns")
+        )
 
 
 class PrunedCann(Cann):
     """The CANN layer as torch_npu leaves it at Level0: its API events pruned
-    (``LEVEL_TRACE_PRUNE_CONFIG``) and its ``process_name`` with them, its labels, sort index and
-    threads kept, as the real Level0 trace_view.json files in shared/realdata show (the HostToDevice
-    flow starts on it are drawn by :class:`AscendHardware`)."""
+    (``LEVEL_TRACE_PRUNE_CONFIG``) and its ``process_name`` with them, its labels, sort index, threads
+    and HostToDevice flow starts kept, as the real Level0 trace_view.json files in shared/realdata show."""
 
     def events(self, batch: pa.RecordBatch) -> Iterable[Events]:
-        return [event for event in self.metadata(batch) if event.name != "process_name"]
+        return [
+            *(event for event in self.metadata(batch) if event.name != "process_name"),
+            *self.flow_starts(batch),
+        ]
 
 
 def _level_names(level: pa.Array) -> pa.Array:
@@ -325,11 +370,11 @@ class Communication(_Layer):
     name_column = "op_name"
 
     def flows(self, rows: pa.RecordBatch, pid: int, tids: np.ndarray) -> Iterator[Events]:
-        """Each op's HostToDevice flow, ending at its start on its group thread (msprof's hccl
-        assembler): from the node API that launched it."""
+        """Each op's HostToDevice flow end, at its start on its group thread (msprof's hccl
+        assembler); the CANN layer starts it at the node API that launched the op."""
         launched = op_flow_ends(rows)
         mask = launched.to_numpy(zero_copy_only=False)
-        yield from host_to_device(self.context, rows.filter(launched), pid, tids[mask])
+        yield from flow_ends(self.context, rows.filter(launched), pid, tids[mask])
 
     def threads(self, device: int, rows: pa.RecordBatch) -> tuple[np.ndarray, dict[int, str]]:
         """Each row's thread, and the name of every thread used."""
