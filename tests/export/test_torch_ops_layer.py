@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from profstream.engine.layouts._outputs import Context, Processes
 from profstream.engine.layouts.timeline import TorchOps
-from profstream.sinks.chrome_trace import MetadataEvents
+from profstream.sinks.chrome_trace import CompleteEvents, MetadataEvents
 
 
 def _ops(rows: list[tuple[int, str]]) -> pa.RecordBatch:
@@ -29,6 +29,7 @@ def _ops(rows: list[tuple[int, str]]) -> pa.RecordBatch:
             "input_dtypes": texts,
             "call_stack": texts,
             "module_hierarchy": texts,
+            "flops": pa.array(["flops:64;"] + [None] * (n - 1), pa.string()),
             "correlation_id": pa.array([1] * n, pa.int64()),
         }
     )
@@ -51,3 +52,16 @@ def test_a_dequeue_thread_first_seen_in_a_later_batch_sorts_after_every_thread_s
         for tid, index in zip(e.tid.to_pylist(), e.value.to_pylist(), strict=True)
     }
     assert sort == {200: 200, 300: 300, 250: 301}
+
+
+def test_a_torch_ops_flops_text_is_its_flops_arg(tmp_path: Path) -> None:
+    """torch_npu's trace_view.json op args end with ``flops``, the op's extra-args text as written
+    (``TorchOpBean.get_args``), where the op has one."""
+    context = Context(tmp_path, "20260101000000", 0, (0,), [], stars=False, process_id=0)
+    [ops] = [
+        e
+        for e in TorchOps(context, Processes()).events(_ops([(200, "cpu_op"), (200, "cpu_op")]))
+        if isinstance(e, CompleteEvents)
+    ]
+    assert list(ops.args)[-1] == "flops"
+    assert pa.array(ops.args["flops"]).to_pylist() == ["flops:64;", None]

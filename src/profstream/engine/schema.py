@@ -141,6 +141,7 @@ TABLES: Mapping[str, pa.Schema] = {
         ("input_dtypes", DICT),
         ("call_stack", pa.string()),
         ("module_hierarchy", pa.string()),
+        ("flops", pa.string()),  # torch_npu's with_flops extra args, as written (``key:value;...``)
     ),
     # arrows between events: HostToDevice, async_npu (torch_to_npu), async_task_queue, fwdbwd
     "flows": _schema(

@@ -65,6 +65,17 @@ def test_ops_arriving_in_end_order_nest_in_start_order() -> None:
     assert out["ops"][0]["sequence_number"] is None and out["ops"][0]["fwd_thread_id"] == 0
 
 
+def test_an_ops_flops_text_is_carried_as_torch_npu_reads_it() -> None:
+    """With ``with_flops`` torch_npu writes an op's extra args as field 10 (``key:value;...``, only when
+    there are some: ``OpRangeData::encode``) and puts that text as is in its trace_view.json args as
+    ``flops`` (``TorchOpBean.get_args``, ``Constant.FLOPS``): the ops table keeps it, null where absent."""
+    batch = op_range([("A", 0, 10), ("B", 20, 30)]).append_column(
+        "extra_args", pa.array(["flops:1048576;", None], pa.string())
+    )
+    out = drive(FrameworkOps(), [(OPS, batch), 1000])
+    assert brief(out["ops"], "name", "flops") == [("A", "flops:1048576;"), ("B", None)]
+
+
 def test_ops_wait_until_the_horizon_passes_their_start() -> None:
     """With max_op_ns = 100, watermark W emits the ops that start before W - 100, parents intact."""
     op = FrameworkOps(max_op_ns=100)

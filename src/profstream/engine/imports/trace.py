@@ -119,6 +119,7 @@ class _OpArgs(msgspec.Struct, gc=False):
     input_dtypes: str | None = msgspec.field(default=None, name="Input type")
     call_stack: str | None = msgspec.field(default=None, name="Call stack")
     module_hierarchy: str | None = msgspec.field(default=None, name="Module Hierarchy")
+    flops: str | None = None
 
 
 _EVENTS = msgspec.json.Decoder(list[_Event])
@@ -399,6 +400,7 @@ class TraceTables:
                 "input_dtypes": pa.array([a.input_dtypes for a in args], pa.string()),
                 "call_stack": pa.array([a.call_stack for a in args], pa.string()),
                 "module_hierarchy": pa.array([a.module_hierarchy for a in args], pa.string()),
+                "flops": pa.array([a.flops for a in args], pa.string()),
             },
         )
 

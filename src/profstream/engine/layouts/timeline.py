@@ -771,6 +771,7 @@ class TorchOps(_Layer):
                 "Input type": torch_op_lines(rows.column("input_dtypes")),
                 "Call stack": torch_op_lines(rows.column("call_stack")),
                 "Module Hierarchy": rows.column("module_hierarchy"),
+                "flops": rows.column("flops"),
             }
         else:
             args = {"correlation_id": rows.column("correlation_id")}

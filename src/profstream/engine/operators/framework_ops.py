@@ -137,6 +137,7 @@ _PENDING = pa.schema(
         ("input_dtypes", pa.string()),
         ("call_stack", pa.string()),
         ("module_hierarchy", pa.string()),
+        ("flops", pa.string()),
         ("arrival", pa.int64()),
     ]
 )
@@ -362,6 +363,7 @@ class FrameworkOps(Operator):
                 "input_dtypes": _texts(batch, "input_dtypes"),
                 "call_stack": _texts(batch, "call_stack"),
                 "module_hierarchy": _texts(batch, "module_hierarchy"),
+                "flops": _texts(batch, "extra_args"),
                 "arrival": np.zeros(n, np.int64),
             },
             schema=_PENDING,
@@ -422,6 +424,7 @@ class FrameworkOps(Operator):
                     "input_dtypes": pa.nulls(n, pa.string()),
                     "call_stack": pa.nulls(n, pa.string()),
                     "module_hierarchy": pa.nulls(n, pa.string()),
+                    "flops": pa.nulls(n, pa.string()),
                     "arrival": np.zeros(n, np.int64),
                 },
                 schema=_PENDING,
@@ -557,6 +560,7 @@ class FrameworkOps(Operator):
                 "input_dtypes": ready.column("input_dtypes"),
                 "call_stack": ready.column("call_stack"),
                 "module_hierarchy": ready.column("module_hierarchy"),
+                "flops": ready.column("flops"),
             },
         )
 
