@@ -27,7 +27,11 @@ flip has not been seen yet) is held, with everything after it, until its flip ar
 ``open_horizon_ns`` without one it is released uncalibrated and counted.
 
 PMU (msprof_outputs.md §2.1 "PMU rows are matched FIFO per key", §4c): HWTS PMU records carry no time; per
-``(stream, task)`` the i-th record goes to the i-th paired task (in pairing order). STARS context PMU
+``(stream, task)`` the i-th record goes to the i-th paired task (in pairing order). Known gap: msprof's
+queue is consumed by op_summary rows only, and an AI_CPU, DSA or DVPP row (GE task type) takes no record
+(``AiCoreOpReport._union_task_ge_ai_core_data``); the device side does not know GE types, so an AI_CPU
+task of the HWTS log still waiting when a record of a later task with its key (after a task-id wrap)
+comes in the same match takes that record. STARS context PMU
 records go to the task of their ``(stream, task, context)`` whose start is the latest at or before the
 record's end (context = sub-task id for FFTS+ records, ``NO_ID`` otherwise), the first record wins, and a
 record ending more than ``pmu_slack_ns`` after the task is not its; within a 16-bit task-id cycle this is the
