@@ -461,6 +461,27 @@ def test_msprof_export_takes_the_newest_files_in_slice_order(msprof_export: Path
     assert (lane["device_id"], lane["kind"], lane["start_ns"], lane["end_ns"]) == (4, "Free", 5000, 6500)
 
 
+def test_msprof_step_trace_rows_outside_their_field_range_raise_or_are_skipped(msprof_export: Path) -> None:
+    """A step_trace row may stop after its own Reduce pairs, but not before the fixed columns nor past
+    the header: DecodeError naming the file and row by default, skipped and logged with ``skip``."""
+    path = next((msprof_export / "mindstudio_profiler_output").glob("step_trace_*.csv"))
+    rows = path.read_text()
+    short = "4,2,10.000,20.000,40.000,25.000,10,10,N/A\n"  # stops before Model ID
+    long = "4,3,10.000,20.000,50.000,25.000,10,10,N/A,1,12.000,2.000,N/A,N/A,1\n"
+    fits = "4,4,10.000,20.000,60.000,25.000,10,10,N/A,1\n"  # no Reduce pair: kept
+    for bad, number in ((short, 2), (long, 2)):
+        path.write_text(rows + bad + fits)
+        with pytest.raises(DecodeError, match="fields") as err:
+            open_export(msprof_export).table("steps").read_all()
+        assert (err.value.path, err.value.record_index) == (str(path), number)
+    path.write_text(rows + short + long + fits)
+    with capture_logs() as logs:
+        steps = open_export(msprof_export, on_invalid="skip").table("steps").read_all()
+    assert steps["iteration_id"].to_pylist() == [1, 4]
+    assert steps["reduce_start_ns"].to_pylist() == [[12000], []]
+    assert [e["count"] for e in logs if e["event"] == events.RECORDS_DROPPED] == [2]
+
+
 def test_msprof_step_trace_becomes_model_steps(msprof_export: Path) -> None:
     """An iteration spans [end - time, end]; each reduce pair present becomes one list element."""
     [step] = open_export(msprof_export).table("steps").read_all().to_pylist()
