@@ -36,7 +36,7 @@ from profstream.engine.layouts.timeline import AscendHardware, Cann, PrunedCann,
 from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.layouts.torch_npu import summary_outputs as torch_npu_summary
 from profstream.engine.schema import NO_ID
-from profstream.sinks import FlowEvents
+from profstream.sinks import CompleteEvents, FlowEvents
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
 
@@ -646,3 +646,63 @@ def test_host_to_device_flows_start_once_per_launching_api(tmp_path: Path) -> No
     assert sorted(starts) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300), (str(4 << 32), 7, 500)])
     pruned = _flows(list(PrunedCann(context, Processes()).events(api)), "s")
     assert sorted(pruned) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300)])
+
+
+def test_ascend_hardware_names_hccl_tasks_that_are_no_kernels_by_their_task_type(tmp_path: Path) -> None:
+    """msprof's compute-task info (ge_info ``TaskInfo``), where Ascend Hardware looks up a task's op name
+    and GE type, has only kernels (C++ ``TreeAnalyzer::IsComputeTask``: ``KERNEL*``, ``STARS_COMMON``,
+    ``FFTS_PLUS`` outside a communication API): an HCCL notify or copy task, or an FFTS+ HCCL task's
+    contexts, is named and typed by its host type, or its device type under an ``FFTS_PLUS`` host
+    (``AscendHardwareAssembler::GetOpName``/``GetTaskType``), as the real 910 and 910B timelines in
+    shared/realdata show them (``NOTIFY_WAIT``; ``Notify Wait``, ``SDMA``). An HCCL AI CPU kernel keeps
+    its op's name and ``HCCL_AI_CPU`` (``UpdateComputeDescForHcclSituation``)."""
+    hcom = "hcom_allReduce__586_0_1"
+    n = 6
+    tasks = schema.conform(
+        schema.tasks_schema(()),
+        {
+            "device_id": pa.array([0] * n, pa.int32()),
+            "stream_id": pa.array([4] * n, pa.int32()),
+            "task_id": pa.array([1, 2, 3, 4, 4, 4], pa.int32()),
+            "batch_id": pa.array([0] * n, pa.int32()),
+            "context_id": [NO_ID, NO_ID, NO_ID, NO_ID, 0, 1],
+            "start_ns": [1000, 2000, 3000, 4000, 4000, 4100],
+            "end_ns": [1500, 2500, 3500, 4500, 4050, 4500],
+            "op_name": [hcom] * n,
+            "task_type": ["HCCL_AI_CPU", "HCCL", "HCCL", "HCCL", "HCCL", "HCCL"],
+            "host_task_type": [
+                "KERNEL_AICPU",
+                "NOTIFY_WAIT",
+                "REDUCE_ASYNC_V2",
+                "FFTS_PLUS",
+                "FFTS_PLUS",
+                "FFTS_PLUS",
+            ],
+            "device_task_type": [
+                "AI_CPU",
+                "NOTIFY_WAIT",
+                "REDUCE_ASYNC_V2",
+                "FFTS_PLUS",
+                "Notify Wait",
+                "SDMA",
+            ],
+        },
+    )
+    drawn = [
+        (name, task_type)
+        for event in AscendHardware(_context(tmp_path), Processes()).events(tasks)
+        if isinstance(event, CompleteEvents)
+        for name, task_type in zip(
+            pa.array(event.name).to_pylist(), pa.array(event.args["Task Type"]).to_pylist(), strict=True
+        )
+    ]
+    assert drawn == [
+        (hcom, "HCCL_AI_CPU"),
+        ("NOTIFY_WAIT", "NOTIFY_WAIT"),
+        ("REDUCE_ASYNC_V2", "REDUCE_ASYNC_V2"),
+        ("Notify Wait", "Notify Wait"),
+        ("SDMA", "SDMA"),
+    ]
+    assert (
+        tasks.column("task_type").to_pylist() == ["HCCL_AI_CPU"] + ["HCCL"] * 5
+    )  # the table keeps its types

@@ -104,6 +104,7 @@ from profstream.engine.layouts.timeline import (
     cann_layers,
     default_task_type,
     duration,
+    kernel_launches,
     map_text,
     text,
 )
@@ -525,8 +526,7 @@ def task_time_type(batch: pa.RecordBatch) -> pa.Array:
     (``HCCL_AI_CPU`` on an AI CPU, already so here; ``add_kernel_task``,
     ``get_truth_task_type_for_kernel_hccl_task``): a notify or copy task prints its runtime type
     (``NOTIFY_WAIT``, ``MEMCPY_ASYNC`` ...), as the 2023 910 timeline in shared/realdata types them."""
-    task_type, host = text(batch.column("task_type")), text(batch.column("host_task_type"))
-    kernel = pc.or_(pc.starts_with(host, "KERNEL"), pc.equal(host, "STARS_COMMON")).fill_null(False)
+    task_type, kernel = text(batch.column("task_type")), kernel_launches(batch)
     hccl = pc.equal(task_type, "HCCL").fill_null(False)
     stored = pc.if_else(hccl, pc.if_else(kernel, "COMMUNICATION", pa.scalar(None, pa.string())), task_type)
     return pc.coalesce(stored, default_task_type(batch))

@@ -19,6 +19,14 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   task type, as torch_npu's trace_view.json in shared/realdata shows (910B vector kernels
   ``AI_CORE`` where kernel_details says ``AI_VECTOR_CORE``; ``EVENT_RECORD_SQE``,
   ``PLACE_HOLDER_SQE``); we follow the current rule.
+* Ascend Hardware: an HCCL task that is no kernel (notify, copy, reduce or event task, or an FFTS+
+  task and its contexts, of a communication op) is named and typed by :func:`default_task_type`, not
+  by its op: msprof's compute-task info, where the timeline looks up op names and GE types, has only
+  kernels (:func:`hccl_non_kernels`). Both msprof paths agree, and so do the real files in
+  shared/realdata: the 2023 910 timeline (``NOTIFY_WAIT``, ``NOTIFY_RECORD``, ``REDUCE_ASYNC_V2``
+  named and typed so) and the 910B trace_view.json (FFTS+ contexts ``Notify Wait``, ``Write Value``,
+  ``SDMA``). The tasks table keeps the op's name and ``HCCL`` for them (op_summary, the
+  Communication layer and the statistics read it); an HCCL kernel keeps them on the timeline too.
 * Ascend Hardware: a MEMCPY_ASYNC task is named ``MEMCPY_ASYNC`` with its device task type as
   ``Task Type``, whatever op launched it (C++ ``GenerateMemcpyAsyncTrace``); its ``size(B)``,
   ``bandwidth(GB/s)`` and ``operation`` args (from memcpy_info, which the tasks table does not carry)
@@ -70,7 +78,12 @@ from profstream.engine.layouts._outputs import (
     after_collection_start,
     split_by,
 )
-from profstream.engine.operators.launches import MEMCPY_ASYNC, op_flow_ends, task_flow_ends
+from profstream.engine.operators.launches import (
+    HCCL_TASK_TYPES,
+    MEMCPY_ASYNC,
+    op_flow_ends,
+    task_flow_ends,
+)
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents, MetadataEvents
 from profstream.sinks.chrome_trace import Events
@@ -120,6 +133,24 @@ def default_task_type(rows: pa.RecordBatch) -> pa.Array:
     host, device = text(rows.column("host_task_type")), text(rows.column("device_task_type"))
     by_device = pc.or_(pc.is_null(host), pc.is_in(host, value_set=DEVICE_TYPED_HOSTS))
     return pc.if_else(by_device, device, host)
+
+
+def kernel_launches(rows: pa.RecordBatch) -> pa.Array:
+    """Which tasks were launched as kernels: runtime type ``KERNEL*`` or ``STARS_COMMON`` (msprof's
+    C++ ``TreeAnalyzer::IsComputeTask``, Python ``TaskGear.is_kernel_task``, which also count an
+    ``FFTS_PLUS`` task, but not inside a communication API, where this is asked)."""
+    host = text(rows.column("host_task_type"))
+    return pc.or_(pc.starts_with(host, "KERNEL"), pc.equal(host, "STARS_COMMON")).fill_null(False)
+
+
+def hccl_non_kernels(rows: pa.RecordBatch) -> pa.Array:
+    """HCCL tasks that are no kernel: the notify, copy, reduce and event tasks of a communication op,
+    and the FFTS+ tasks (with their contexts) it launches. msprof's compute-task info, which alone
+    names and types a task by its op on Ascend Hardware, has no row of them (C++ ``IsComputeTask``
+    feeds ``computeTasks_``, which ``CANNTraceDBDumper::DumpOpDesc`` writes to ge_info ``TaskInfo``;
+    Python ``TaskGear`` appends ``task_info`` only in ``add_kernel_task``)."""
+    hccl = pc.is_in(text(rows.column("task_type")), value_set=pa.array(HCCL_TASK_TYPES)).fill_null(False)
+    return pc.and_(hccl, pc.invert(kernel_launches(rows)))
 
 
 def map_text(values: pa.Array | pa.ChunkedArray, change: Callable[[pa.Array], pa.Array]) -> pa.Array:
@@ -188,7 +219,10 @@ class AscendHardware(_Layer):
             pid, pc.unique(streams).to_pylist(), lambda t: f"Stream {t}", lambda t: t
         )
         fallback = default_task_type(rows)
-        op_name, task_type = text(rows.column("op_name")), text(rows.column("task_type"))
+        # an HCCL task that is no kernel goes by its own task type, not its op's (hccl_non_kernels)
+        hccl, none = hccl_non_kernels(rows), pa.scalar(None, pa.string())
+        op_name = pc.if_else(hccl, none, text(rows.column("op_name")))
+        task_type = pc.if_else(hccl, none, text(rows.column("task_type")))
         # a MEMCPY_ASYNC task is named by its host type and typed by its device type, whatever op it
         # belongs to (C++ GenerateMemcpyAsyncTrace)
         memcpy = pc.fill_null(pc.equal(text(rows.column("host_task_type")), MEMCPY_ASYNC), False)
