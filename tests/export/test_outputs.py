@@ -648,28 +648,30 @@ def test_host_to_device_flows_start_once_per_launching_api(tmp_path: Path) -> No
     assert sorted(pruned) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300)])
 
 
-def test_ascend_hardware_names_hccl_tasks_that_are_no_kernels_by_their_task_type(tmp_path: Path) -> None:
+def test_ascend_hardware_names_and_types_hccl_tasks_as_msprofs_compute_task_info(tmp_path: Path) -> None:
     """msprof's compute-task info (ge_info ``TaskInfo``), where Ascend Hardware looks up a task's op name
     and GE type, has only kernels (C++ ``TreeAnalyzer::IsComputeTask``: ``KERNEL*``, ``STARS_COMMON``,
     ``FFTS_PLUS`` outside a communication API): an HCCL notify or copy task, or an FFTS+ HCCL task's
     contexts, is named and typed by its host type, or its device type under an ``FFTS_PLUS`` host
     (``AscendHardwareAssembler::GetOpName``/``GetTaskType``), as the real 910 and 910B timelines in
-    shared/realdata show them (``NOTIFY_WAIT``; ``Notify Wait``, ``SDMA``). An HCCL AI CPU kernel keeps
-    its op's name and ``HCCL_AI_CPU`` (``UpdateComputeDescForHcclSituation``)."""
+    shared/realdata show them (``NOTIFY_WAIT``; ``Notify Wait``, ``SDMA``). An HCCL kernel keeps its
+    op's name, typed ``HCCL_AI_CPU`` on an AI CPU (``UpdateComputeDescForHcclSituation``) and else as
+    GE type 9 prints, ``COMMUNICATION`` (``NumberMapping`` ``geTaskTypeMap``), also for a kernel of an
+    HCCL-typed op outside a communication API."""
     hcom = "hcom_allReduce__586_0_1"
-    n = 6
+    n = 8
     tasks = schema.conform(
         schema.tasks_schema(()),
         {
             "device_id": pa.array([0] * n, pa.int32()),
             "stream_id": pa.array([4] * n, pa.int32()),
-            "task_id": pa.array([1, 2, 3, 4, 4, 4], pa.int32()),
+            "task_id": pa.array([1, 2, 3, 4, 4, 4, 5, 6], pa.int32()),
             "batch_id": pa.array([0] * n, pa.int32()),
-            "context_id": [NO_ID, NO_ID, NO_ID, NO_ID, 0, 1],
-            "start_ns": [1000, 2000, 3000, 4000, 4000, 4100],
-            "end_ns": [1500, 2500, 3500, 4500, 4050, 4500],
-            "op_name": [hcom] * n,
-            "task_type": ["HCCL_AI_CPU", "HCCL", "HCCL", "HCCL", "HCCL", "HCCL"],
+            "context_id": [NO_ID, NO_ID, NO_ID, NO_ID, 0, 1, NO_ID, NO_ID],
+            "start_ns": [1000, 2000, 3000, 4000, 4000, 4100, 5000, 6000],
+            "end_ns": [1500, 2500, 3500, 4500, 4050, 4500, 5500, 6500],
+            "op_name": [hcom] * 7 + ["allreduce_tbe"],
+            "task_type": ["HCCL_AI_CPU", "HCCL", "HCCL", "HCCL", "HCCL", "HCCL", "HCCL", "HCCL"],
             "host_task_type": [
                 "KERNEL_AICPU",
                 "NOTIFY_WAIT",
@@ -677,6 +679,8 @@ def test_ascend_hardware_names_hccl_tasks_that_are_no_kernels_by_their_task_type
                 "FFTS_PLUS",
                 "FFTS_PLUS",
                 "FFTS_PLUS",
+                "KERNEL_AIVEC",
+                "KERNEL_AICORE",
             ],
             "device_task_type": [
                 "AI_CPU",
@@ -685,6 +689,8 @@ def test_ascend_hardware_names_hccl_tasks_that_are_no_kernels_by_their_task_type
                 "FFTS_PLUS",
                 "Notify Wait",
                 "SDMA",
+                "AI_CORE",
+                "AI_CORE",
             ],
         },
     )
@@ -702,7 +708,9 @@ def test_ascend_hardware_names_hccl_tasks_that_are_no_kernels_by_their_task_type
         ("REDUCE_ASYNC_V2", "REDUCE_ASYNC_V2"),
         ("Notify Wait", "Notify Wait"),
         ("SDMA", "SDMA"),
+        (hcom, "COMMUNICATION"),
+        ("allreduce_tbe", "COMMUNICATION"),
     ]
     assert (
-        tasks.column("task_type").to_pylist() == ["HCCL_AI_CPU"] + ["HCCL"] * 5
+        tasks.column("task_type").to_pylist() == ["HCCL_AI_CPU"] + ["HCCL"] * 7
     )  # the table keeps its types

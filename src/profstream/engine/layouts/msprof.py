@@ -104,8 +104,8 @@ from profstream.engine.layouts.timeline import (
     cann_layers,
     default_task_type,
     duration,
-    kernel_launches,
     map_text,
+    stored_task_type,
     text,
 )
 from profstream.engine.operators import pmu
@@ -519,17 +519,13 @@ FIRST_WAIT = "0"
 
 
 def task_time_type(batch: pa.RecordBatch) -> pa.Array:
-    """task_time's kernel_type: the GE task type msprof's ``TaskGear`` stored for the task, else its
-    runtime or device type (:func:`~profstream.engine.layouts.timeline.default_task_type`;
-    ``TaskOpViewer._reformat_task_info``). Of an HCCL task (``task_type`` ``HCCL`` here) ``TaskGear``
-    stores one only for a kernel (runtime ``KERNEL*`` or ``STARS_COMMON``), as ``COMMUNICATION``
-    (``HCCL_AI_CPU`` on an AI CPU, already so here; ``add_kernel_task``,
-    ``get_truth_task_type_for_kernel_hccl_task``): a notify or copy task prints its runtime type
-    (``NOTIFY_WAIT``, ``MEMCPY_ASYNC`` ...), as the 2023 910 timeline in shared/realdata types them."""
-    task_type, kernel = text(batch.column("task_type")), kernel_launches(batch)
-    hccl = pc.equal(task_type, "HCCL").fill_null(False)
-    stored = pc.if_else(hccl, pc.if_else(kernel, "COMMUNICATION", pa.scalar(None, pa.string())), task_type)
-    return pc.coalesce(stored, default_task_type(batch))
+    """task_time's kernel_type: the GE task type msprof's ``TaskGear`` stored for the task
+    (:func:`~profstream.engine.layouts.timeline.stored_task_type`: of an HCCL task only a kernel has
+    one, ``COMMUNICATION``), else its runtime or device type
+    (:func:`~profstream.engine.layouts.timeline.default_task_type`; ``TaskOpViewer._reformat_task_info``):
+    a notify or copy task prints its runtime type (``NOTIFY_WAIT``, ``MEMCPY_ASYNC`` ...), as the 2023
+    910 timeline in shared/realdata types them."""
+    return pc.coalesce(stored_task_type(batch), default_task_type(batch))
 
 
 def _statistic_cells(head: Sequence[Cell]) -> list[Cell]:

@@ -12,7 +12,8 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   Device labels are ``NPU {D}`` (``GetLayerInfoLabelWithDeviceId``).
 * ``ts`` is local wall-clock µs with three decimals (the host-monotonic ns plus the start_info
   offset, §3.5), ``dur`` µs.
-* Ascend Hardware ``Task Type``: the op's GE task type (node_basic_info, the type op_summary prints),
+* Ascend Hardware ``Task Type``: the op's GE task type (node_basic_info, the type op_summary prints;
+  GE type 9, ``HCCL`` in the tasks table, as ``COMMUNICATION``: :func:`stored_task_type`),
   else :func:`default_task_type` (current C++ ``AscendHardwareAssembler::GetTaskType`` over
   ``TaskProcessor::GetTaskType``; Python ``TaskTimeViewer._update_op_name_and_type``). Versions
   differ: the CANN 8.0-era C++ assembler (2024, ``GenerateTaskTrace``) wrote every task's device
@@ -26,7 +27,8 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   shared/realdata: the 2023 910 timeline (``NOTIFY_WAIT``, ``NOTIFY_RECORD``, ``REDUCE_ASYNC_V2``
   named and typed so) and the 910B trace_view.json (FFTS+ contexts ``Notify Wait``, ``Write Value``,
   ``SDMA``). The tasks table keeps the op's name and ``HCCL`` for them (op_summary, the
-  Communication layer and the statistics read it); an HCCL kernel keeps them on the timeline too.
+  Communication layer and the statistics read it). An HCCL kernel is drawn with its op's name,
+  typed ``COMMUNICATION`` (``HCCL_AI_CPU`` on an AI CPU).
 * Ascend Hardware: a MEMCPY_ASYNC task is named ``MEMCPY_ASYNC`` with its device task type as
   ``Task Type``, whatever op launched it (C++ ``GenerateMemcpyAsyncTrace``); its ``size(B)``,
   ``bandwidth(GB/s)`` and ``operation`` args (from memcpy_info, which the tasks table does not carry)
@@ -145,12 +147,26 @@ def kernel_launches(rows: pa.RecordBatch) -> pa.Array:
 
 def hccl_non_kernels(rows: pa.RecordBatch) -> pa.Array:
     """HCCL tasks that are no kernel: the notify, copy, reduce and event tasks of a communication op,
-    and the FFTS+ tasks (with their contexts) it launches. msprof's compute-task info, which alone
-    names and types a task by its op on Ascend Hardware, has no row of them (C++ ``IsComputeTask``
-    feeds ``computeTasks_``, which ``CANNTraceDBDumper::DumpOpDesc`` writes to ge_info ``TaskInfo``;
-    Python ``TaskGear`` appends ``task_info`` only in ``add_kernel_task``)."""
+    and the FFTS+ tasks (with their contexts) it launches. msprof's compute-task info, where its
+    timeline and task_time look up a task's op name and GE task type, has no row of them (C++
+    ``IsComputeTask`` feeds ``computeTasks_``, which ``CANNTraceDBDumper::DumpOpDesc`` writes to
+    ge_info ``TaskInfo``; Python ``TaskGear`` appends ``task_info`` only in ``add_kernel_task``)."""
     hccl = pc.is_in(text(rows.column("task_type")), value_set=pa.array(HCCL_TASK_TYPES)).fill_null(False)
     return pc.and_(hccl, pc.invert(kernel_launches(rows)))
+
+
+def stored_task_type(rows: pa.RecordBatch) -> pa.Array:
+    """The GE task type msprof's compute-task info holds for each task, null without one (then
+    msprof prints :func:`default_task_type`). The tasks table's ``HCCL`` is GE type 9, which both
+    paths store as ``COMMUNICATION`` (C++ ``NumberMapping`` ``geTaskTypeMap``, also for the HCCL
+    kernels ``UpdateComputeDescForHcclSituation`` retypes; Python
+    ``TaskGear.get_truth_task_type_for_kernel_hccl_task``), and only for a kernel
+    (:func:`hccl_non_kernels`); ``HCCL_AI_CPU`` (an AI CPU kernel) is stored as it is."""
+    task_type = text(rows.column("task_type"))
+    hccl = pc.equal(task_type, "HCCL").fill_null(False)
+    return pc.if_else(
+        hccl, pc.if_else(kernel_launches(rows), "COMMUNICATION", pa.scalar(None, pa.string())), task_type
+    )
 
 
 def map_text(values: pa.Array | pa.ChunkedArray, change: Callable[[pa.Array], pa.Array]) -> pa.Array:
@@ -220,9 +236,9 @@ class AscendHardware(_Layer):
         )
         fallback = default_task_type(rows)
         # an HCCL task that is no kernel goes by its own task type, not its op's (hccl_non_kernels)
-        hccl, none = hccl_non_kernels(rows), pa.scalar(None, pa.string())
-        op_name = pc.if_else(hccl, none, text(rows.column("op_name")))
-        task_type = pc.if_else(hccl, none, text(rows.column("task_type")))
+        op_name = pc.if_else(
+            hccl_non_kernels(rows), pa.scalar(None, pa.string()), text(rows.column("op_name"))
+        )
         # a MEMCPY_ASYNC task is named by its host type and typed by its device type, whatever op it
         # belongs to (C++ GenerateMemcpyAsyncTrace)
         memcpy = pc.fill_null(pc.equal(text(rows.column("host_task_type")), MEMCPY_ASYNC), False)
@@ -236,7 +252,9 @@ class AscendHardware(_Layer):
             args={
                 "Model Id": rows.column("model_id"),
                 "Task Type": pc.if_else(
-                    memcpy, text(rows.column("device_task_type")), pc.coalesce(task_type, fallback)
+                    memcpy,
+                    text(rows.column("device_task_type")),
+                    pc.coalesce(stored_task_type(rows), fallback),
                 ),
                 "Physic Stream Id": streams,
                 "Task Id": rows.column("task_id"),
