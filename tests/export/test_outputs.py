@@ -604,48 +604,58 @@ def test_host_to_device_flows_start_once_per_launching_api(tmp_path: Path) -> No
     """msprof's C++ CANN layer writes one flow start per API record -- every node-level API and the API
     of a MEMCPY_ASYNC task (``CannAssembler`` ``GenerateConnectionTrace``) -- and Ascend Hardware one
     flow end per task (``GenerateTaskConnectionTrace``): a node API whose op ran two contexts, or an API
-    that launched two copies, has one start and two ends."""
+    that launched two copies, has one start and two ends; a node API that launched a copy (an HCCL
+    op's) has one start."""
     context = _context(tmp_path)
     api = schema.conform(
         schema.TABLES["api"],
         {
-            "level": ["acl", "node", "node", "acl"],
-            "name": ["aclnnMatmul", "launch", "launch", "aclrtMemcpyAsync"],
-            "thread_id": [7, 7, 7, 7],
-            "start_ns": [100, 110, 300, 500],
-            "end_ns": [200, 190, 350, 600],
-            "connection_id": [1, 2, 3, 4],
+            "level": ["acl", "node", "node", "acl", "node"],
+            "name": ["aclnnMatmul", "launch", "launch", "aclrtMemcpyAsync", "launch"],
+            "thread_id": [7, 7, 7, 7, 7],
+            "start_ns": [100, 110, 300, 500, 700],
+            "end_ns": [200, 190, 350, 600, 800],
+            "connection_id": [1, 2, 3, 4, 5],
         },
     )
     tasks = schema.conform(
         schema.tasks_schema(()),
         {
-            "device_id": pa.array([0] * 4, pa.int32()),
-            "stream_id": pa.array([5] * 4, pa.int32()),
-            "task_id": pa.array([1, 1, 2, 3], pa.int32()),
-            "batch_id": pa.array([0] * 4, pa.int32()),
-            "context_id": [0, 1, NO_ID, NO_ID],
-            "start_ns": [1000, 1000, 2000, 2100],
-            "end_ns": [1500, 1500, 2050, 2150],
-            "op_name": ["MatMul", "MatMul", None, None],
-            "task_type": ["MIX_AIC", "MIX_AIC", None, None],
-            "host_task_type": ["KERNEL_MIX_AIC", "KERNEL_MIX_AIC", "MEMCPY_ASYNC", "MEMCPY_ASYNC"],
-            "device_task_type": ["MIX_AIC", "MIX_AIC", "SDMA", "SDMA"],
-            "connection_id": [2, 2, 4, 4],
-            "launch_ns": [110, 110, 500, 500],
-            "launch_thread_id": [7, 7, 7, 7],
+            "device_id": pa.array([0] * 5, pa.int32()),
+            "stream_id": pa.array([5] * 5, pa.int32()),
+            "task_id": pa.array([1, 1, 2, 3, 4], pa.int32()),
+            "batch_id": pa.array([0] * 5, pa.int32()),
+            "context_id": [0, 1, NO_ID, NO_ID, NO_ID],
+            "start_ns": [1000, 1000, 2000, 2100, 3000],
+            "end_ns": [1500, 1500, 2050, 2150, 3050],
+            "op_name": ["MatMul", "MatMul", None, None, "hcom_allReduce_0"],
+            "task_type": ["MIX_AIC", "MIX_AIC", None, None, "HCCL"],
+            "host_task_type": [
+                "KERNEL_MIX_AIC",
+                "KERNEL_MIX_AIC",
+                "MEMCPY_ASYNC",
+                "MEMCPY_ASYNC",
+                "MEMCPY_ASYNC",
+            ],
+            "device_task_type": ["MIX_AIC", "MIX_AIC", "SDMA", "SDMA", "SDMA"],
+            "connection_id": [2, 2, 4, 4, 5],
+            "launch_ns": [110, 110, 500, 500, 700],
+            "launch_thread_id": [7, 7, 7, 7, 7],
+            "launch_level": ["node", "node", "acl", "acl", "node"],
         },
     )
     ends = _flows(list(AscendHardware(context, Processes()).events(tasks)), "f")
-    assert Counter(i for i, _, _ in ends) == {str(2 << 32): 2, str(4 << 32): 2}
+    assert Counter(i for i, _, _ in ends) == {str(2 << 32): 2, str(4 << 32): 2, str(5 << 32): 1}
     starts = [
         *_flows(list(Cann(context, Processes()).events(api)), "s"),
         *_flows(list(AscendHardware(context, Processes()).events(tasks)), "s"),
     ]
-    # node APIs 2 and 3 (3 launched nothing seen), memcpy API 4; not the ACL API of the kernel
-    assert sorted(starts) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300), (str(4 << 32), 7, 500)])
+    # node APIs 2, 3 (it launched nothing seen) and 5 (once, for its copy too), memcpy API 4; not the
+    # ACL API of the kernel
+    node_starts = [(str(2 << 32), 7, 110), (str(3 << 32), 7, 300), (str(5 << 32), 7, 700)]
+    assert sorted(starts) == sorted([*node_starts, (str(4 << 32), 7, 500)])
     pruned = _flows(list(PrunedCann(context, Processes()).events(api)), "s")
-    assert sorted(pruned) == sorted([(str(2 << 32), 7, 110), (str(3 << 32), 7, 300)])
+    assert sorted(pruned) == sorted(node_starts)
 
 
 def test_ascend_hardware_names_and_types_hccl_tasks_as_msprofs_compute_task_info(tmp_path: Path) -> None:

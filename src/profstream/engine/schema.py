@@ -59,6 +59,7 @@ TASKS_BASE = _schema(
     ("connection_id", I64),  # links the host launch API (api.connection_id) to this task
     ("launch_ns", I64),  # start of the launching API (flow start), null when unknown
     ("launch_thread_id", I64),
+    ("launch_level", DICT),  # the level of that API: node or acl (operators/host_join.py)
 )
 
 

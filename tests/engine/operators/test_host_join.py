@@ -262,9 +262,9 @@ def test_kernels_outside_node_apis_are_named_after_the_kernel_and_others_stay_un
         ),
         ("device_tasks@0", device_tasks([(2, 1, 0, 500, 510), (2, 2, 0, 520, 530)]), DONE),
     )
-    assert rows(tasks, *HOST, "connection_id", "launch_ns", "launch_thread_id") == [
-        ("Add_kernel_1", "Add_kernel_1", "AI_CORE", "KERNEL_AICORE", 0, 100, T),
-        (None, None, None, "MEMCPY_ASYNC", 0, 100, T),
+    assert rows(tasks, *HOST, "connection_id", "launch_ns", "launch_thread_id", "launch_level") == [
+        ("Add_kernel_1", "Add_kernel_1", "AI_CORE", "KERNEL_AICORE", 0, 100, T, "acl"),
+        (None, None, None, "MEMCPY_ASYNC", 0, 100, T, "acl"),
     ]
 
 
@@ -277,7 +277,10 @@ def test_model_id_and_connection_come_from_the_enclosing_apis() -> None:
         ("device_tasks@0", device_tasks([(2, 1, 0, 500, 510), (2, 2, 0, 2500, 2530)]), DONE),
     )
     # connection ids in (start, level descending) order: model 0, acl 1, node 2
-    assert rows(tasks, "model_id", "connection_id", "launch_ns") == [(9, 2, 100), (schema.NO_ID, None, None)]
+    assert rows(tasks, "model_id", "connection_id", "launch_ns", "launch_level") == [
+        (9, 2, 100, "node"),
+        (schema.NO_ID, None, None, None),
+    ]
 
 
 def test_node_records_outside_every_node_api_are_counted() -> None:

@@ -57,12 +57,12 @@ HostToDevice flows end where msprof's C++ ends them (:mod:`~profstream.engine.op
 a task with an op name (not an HCCL task), on every MEMCPY_ASYNC task, and on each communication op at
 its start on its group thread. torch_npu's ``async_npu`` flows end on the same events. They start where
 ``CannAssembler``'s ``GenerateConnectionTrace`` starts them, once per API record: at every node-level
-API, whether or not a task of it was seen (the CANN layer draws these), and at the API that launched a
-MEMCPY_ASYNC task (Ascend Hardware draws these, one per connection id of a batch, as the API table does
-not say which APIs launched one). Choices: a MEMCPY_ASYNC task launched inside a node API gets a second
-``s`` at that API (msprof draws one); a kernel launched outside any node API keeps its ``f`` and gets no
-``s``, as no rule of msprof's starts one there; the ACL record/wait-event APIs, whose tasks have no
-flow end here, get none either.
+API, whether or not a task of it was seen (the CANN layer draws these), and at the ACL API that
+launched a MEMCPY_ASYNC task outside any node API (Ascend Hardware draws these, one per connection id
+of a batch, as the API table does not say which APIs launched one; a copy inside a node API, an HCCL
+op's for one, flows from that API's start). Choices: a kernel launched outside any node API keeps its
+``f`` and gets no ``s``, as no rule of msprof's starts one there; the ACL record/wait-event APIs, whose
+tasks have no flow end here, get none either.
 """
 
 from __future__ import annotations
@@ -265,9 +265,15 @@ class AscendHardware(_Layer):
         )
         flows = rows.filter(task_flow_ends(rows))
         yield from flow_ends(self.context, flows, pid, flows.column("stream_id"))
-        # the flow start at the API that launched a MEMCPY_ASYNC task, once per API (module docstring)
+        # the flow start at the ACL API that launched a MEMCPY_ASYNC task, once per API (module docstring)
         memcpy = flows.filter(
-            pc.fill_null(pc.equal(text(flows.column("host_task_type")), MEMCPY_ASYNC), False)
+            pc.fill_null(
+                pc.and_(
+                    pc.equal(text(flows.column("host_task_type")), MEMCPY_ASYNC),
+                    pc.not_equal(text(flows.column("launch_level")), "node"),
+                ),
+                False,
+            )
         )
         first = np.unique(memcpy.column("connection_id").to_numpy(), return_index=True)[1]
         memcpy = memcpy.take(pa.array(np.sort(first)))

@@ -54,7 +54,9 @@ and ``NC1HWC0``, a naming of that generation that is not reproduced.
 ``model_id`` = the item id of the model API containing the launch, else NO_ID (msprof's other source,
 the capture-stream table, is not implemented). ``connection_id`` / ``launch_ns`` = the id and start
 of the node API containing the launch, else of the innermost acl API (Python ``add_host_task``; C++
-uses the innermost enclosing API, which is the same in practice), else null.
+uses the innermost enclosing API, which is the same in practice), else null; ``launch_level`` says
+which (``node`` or ``acl``): msprof's timeline starts a flow at every node-level API, and at another
+API only for the MEMCPY_ASYNC tasks it launched (``CannAssembler::GenerateConnectionTrace``).
 
 **The temporal join**: task ids wrap, so a device task joins the latest launch with its (stream,
 task, batch) strictly before its device start. A device task that joins nothing is still emitted,
@@ -237,6 +239,7 @@ HOST_COLUMNS = (
     "connection_id",
     "launch_ns",
     "launch_thread_id",
+    "launch_level",
 )
 _DESCRIBED = pa.schema(
     [
@@ -252,6 +255,7 @@ _DESCRIBED = pa.schema(
         ("connection_id", I64T),
         ("launch_ns", I64T),
         ("launch_thread_id", I64T),
+        ("launch_level", STR),
     ]
 )
 
@@ -637,6 +641,7 @@ class HostJoin(Operator):
             "connection_id": pa.array(gather(connections, launch_api), mask=missing),
             "launch_ns": pa.array(gather(starts, launch_api), mask=missing),
             "launch_thread_id": pa.array(threads),
+            "launch_level": pick((node >= 0, "node"), (acl >= 0, "acl")),
         }
         for name in TENSOR_COLUMNS:
             columns[name] = pc.if_else(pa.array(compute | in_hccl), tensors[name], pa.scalar(None, STR))
