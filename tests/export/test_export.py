@@ -415,11 +415,12 @@ def test_parquet_layout_reads_the_same_in_pyarrow_duckdb_and_polars(graph_run: R
 
 
 def test_json_summaries_have_the_csv_headers_as_keys(graph_run: Run) -> None:
+    """The keys are the per-device headers: msprof copies each device's JSON as it is, without the
+    ``Device_id`` its CSV merge adds (``MsprofOutputSummary._copy_summary_data``)."""
     graph_run.export("msprof", "summary", fmt="json")
     out = graph_run.out / "msprof" / "mindstudio_profiler_output"
     data = json.loads(one(out, "op_statistic_*.json").read_text())
     assert list(data[0]) == [
-        "Device_id",
         "OP Type",
         "Core Type",
         "Count",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import (
     Cell,
     Context,
+    Format,
     Processes,
     SortedSpool,
     SummaryOutput,
@@ -374,34 +376,37 @@ def test_split_by_gives_each_key_its_rows_and_a_dictionary_key_its_word() -> Non
     assert [(key, rows.num_rows) for key, rows in split_by(batch, plain)] == [(5, 3), (6, 1)]
 
 
-def _step_trace_csv(tmp_path: Path, columns: dict[str, pa.Array]) -> tuple[Path, list[str]]:
-    """msprof's step_trace csv of two device-0 ``steps`` rows with ``columns``: its path and lines."""
-    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("steps",)]
+def _step_trace_csv(
+    tmp_path: Path, columns: dict[str, pa.Array], fmt: Format = "csv"
+) -> tuple[Path, list[str]]:
+    """msprof's step_trace file of two device-0 ``steps`` rows with ``columns``: its path and lines."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), fmt) if o.tables == ("steps",)]
     device = {"device_id": pa.array([0, 0], pa.int32())}
     output.write("steps", schema.conform(schema.TABLES["steps"], {**device, **columns}))
     [path] = output.close()
     return path, path.read_text().splitlines()
 
 
+#: two model iterations, the first with two all-reduces and the second with none
+STEPS_WITH_REDUCES = {
+    "kind": pa.array(["model", "model"]),
+    "model_id": pa.array([1, 1]),
+    "iteration_id": pa.array([1, 2]),
+    "start_ns": pa.array([1000, 9000]),
+    "end_ns": pa.array([8000, 15000]),
+    "fp_ns": pa.array([2000, 10000]),
+    "bp_ns": pa.array([6000, 14000]),
+    "data_aug_ns": pa.array([None, 1000]),
+    "reduce_start_ns": pa.array([[3000, 5000], []], pa.list_(pa.int64())),
+    "reduce_end_ns": pa.array([[4000, 5500], []], pa.list_(pa.int64())),
+}
+
+
 def test_msprof_step_trace_rows_stop_after_their_own_reduce_pairs(tmp_path: Path) -> None:
     """msprof's Python step_trace: the header has the busiest iteration's Reduce pairs, each row only
     its own (``StepTraceViewer._reformat_step_trace_data`` appends them; ``create_csv_writer`` writes the
     row as it is), so an iteration without reduces ends at Model ID; the importer reads such rows back."""
-    path, lines = _step_trace_csv(
-        tmp_path,
-        {
-            "kind": pa.array(["model", "model"]),
-            "model_id": pa.array([1, 1]),
-            "iteration_id": pa.array([1, 2]),
-            "start_ns": pa.array([1000, 9000]),
-            "end_ns": pa.array([8000, 15000]),
-            "fp_ns": pa.array([2000, 10000]),
-            "bp_ns": pa.array([6000, 14000]),
-            "data_aug_ns": pa.array([None, 1000]),
-            "reduce_start_ns": pa.array([[3000, 5000], []], pa.list_(pa.int64())),
-            "reduce_end_ns": pa.array([[4000, 5500], []], pa.list_(pa.int64())),
-        },
-    )
+    path, lines = _step_trace_csv(tmp_path, STEPS_WITH_REDUCES)
     header, first, second = lines
     assert header.count("Reduce Start(us),Reduce Duration(us)") == 2
     assert first.split(",")[9:] == ["1", "3.000\t", "1.0", "5.000\t", "0.5"]
@@ -409,6 +414,42 @@ def test_msprof_step_trace_rows_stop_after_their_own_reduce_pairs(tmp_path: Path
     steps = csv_tables.step_trace_batches([path], None, csv_tables.CsvOptions()).read_all()
     assert steps["reduce_start_ns"].to_pylist() == [[3000, 5000], []]
     assert steps["reduce_end_ns"].to_pylist() == [[4000, 5500], []]
+
+
+def test_msprof_step_trace_json_keeps_one_reduce_pair_the_row_s_last(tmp_path: Path) -> None:
+    """msprof's ``create_json`` makes each row ``OrderedDict(zip(header, row))``: the repeated Reduce
+    headers collapse to one key each, in its first place, holding the row's last pair, and a row
+    without reduces (shorter than the header) has neither key. No ``Device_id``: the per-device file
+    is copied as it is (``MsprofOutputSummary._copy_summary_data``)."""
+    path, _ = _step_trace_csv(tmp_path, STEPS_WITH_REDUCES, "json")
+    text = path.read_text()
+    assert text.count('"Reduce Start(us)"') == 1
+    first, second = json.loads(text)
+    assert list(first)[-3:] == ["Model ID", "Reduce Start(us)", "Reduce Duration(us)"]
+    assert (first["Reduce Start(us)"], first["Reduce Duration(us)"]) == ("5.000\t", 0.5)
+    assert list(second) == list(first)[:-2]
+
+
+def test_msprof_json_summaries_have_no_device_id_and_print_numbers_as_numbers(tmp_path: Path) -> None:
+    """``--format json`` npu_module_mem as ``json.dump`` writes msprof's per-device rows: no
+    ``Device_id`` key, the KB a float number (``round(size / 1024, 3)``), an empty module the integer
+    ``0`` and a release-only sample the integer ``-1`` (``NpuModuleMemViewer._npu_module_mem_reformat``)."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), "json") if o.tables == ("npu_module_mem",)]
+    batch = schema.conform(
+        schema.TABLES["npu_module_mem"],
+        {
+            "device_id": pa.array([0, 0, 0], pa.int32()),
+            "component": pa.array(["HCCL", "GE", "SLOG"]),
+            "time_ns": pa.array([1000, 2000, 3000]),
+            "total_reserved_bytes": pa.array([1500, None, 0], pa.int64()),
+        },
+    )
+    output.write("npu_module_mem", batch)
+    [path] = output.close()
+    rows = json.loads(path.read_text())
+    assert [list(r) for r in rows] == [["Component", "Timestamp(us)", "Total Reserved(KB)", "Device"]] * 3
+    assert sorted((r["Total Reserved(KB)"] for r in rows), key=float) == [-1, 0, 1.465]
+    assert '"Total Reserved(KB)": 1.465,' in path.read_text()
 
 
 @pytest.mark.parametrize("layout", ["msprof", "torch_npu"])

@@ -50,7 +50,8 @@ def batch(
 
 
 def test_rows_are_objects_keyed_by_header_like_json_dump(tmp_path: Path) -> None:
-    """Same bytes as msprof's create_json: json.dump of header->value rows (numbers stay numbers, N/A)."""
+    """Same bytes as msprof's create_json: json.dump of header->value rows (numbers stay numbers, N/A,
+    non-ASCII escaped)."""
     path = tmp_path / "op_summary_20240101120000.json"
     with SummaryJsonSink(path, SCHEMA, columns=COLUMNS) as sink:
         sink.write(
@@ -64,7 +65,8 @@ def test_rows_are_objects_keyed_by_header_like_json_dump(tmp_path: Path) -> None
         ("N/A", "é\n", "-0.001\t", "N/A", 21.0),
     ]
     rows = [dict(zip(keys, row, strict=True)) for row in values]
-    assert path.read_text(encoding="utf-8") == json.dumps(rows, ensure_ascii=False)
+    assert path.read_text(encoding="utf-8") == json.dumps(rows)
+    assert '"\\u00e9\\n"' in path.read_text()  # json.dump's default ensure_ascii
     assert json.loads(path.read_text()) == rows
     assert sink.paths == [path]
 
@@ -94,9 +96,22 @@ def test_streamed_batches_equal_one_json_dumps(
                     [pa.array([r[0] for r in chunk]), pa.array([r[1] for r in chunk])], schema=schema
                 )
             )
-    assert path.read_text(encoding="utf-8") == json.dumps(
-        [{"n": n, "s": s} for n, s in rows], ensure_ascii=False
-    )
+    assert path.read_text(encoding="utf-8") == json.dumps([{"n": n, "s": s} for n, s in rows])
+
+
+def test_number_cells_are_json_numbers(tmp_path: Path) -> None:
+    """A ``number`` column (msprof's int ``0`` among floats, as text) is written unquoted, its absent
+    value as its null text (``-1``, a number too), as ``json.dump`` writes msprof's mixed values."""
+    schema = pa.schema([("kb", pa.string())])
+    path = tmp_path / "npu_module_mem_20240101120000.json"
+    with SummaryJsonSink(path, schema, columns=[Column("kb", "KB", "number", null="-1")]) as sink:
+        sink.write(pa.record_batch([pa.array(["0", "1.465", None, "1e-05"])], schema=schema))
+    assert path.read_text() == json.dumps([{"KB": 0}, {"KB": 1.465}, {"KB": -1}, {"KB": 1e-05}])
+
+
+def test_a_number_column_must_be_text() -> None:
+    with pytest.raises(ValueError, match="number needs a string column"):
+        SummaryJsonSink("x.json", pa.schema([("kb", pa.float64())]), columns=[Column("kb", "KB", "number")])
 
 
 def test_abort_leaves_nothing(tmp_path: Path) -> None:

@@ -10,6 +10,9 @@ The canonical tables hold times as int64 nanoseconds (engine/schema.py); msprof 
 * ``duration_us``: the same exact decimal without trailing zeros but with at least one decimal
   (``12.34``, ``12.0``): what Python prints for msprof's ``round(ns / 1000, 3)`` floats, without
   the binary rounding.
+* ``number``: a string column holding numbers already printed (a column where msprof mixes the
+  integer ``0`` with floats): as it is in a CSV, unquoted in JSON, where msprof's ``json.dump``
+  writes the numbers as numbers.
 
 Both are integer arithmetic in the numba writer (:mod:`~profstream.sinks._numbers`), exact for
 negative values and the int64 extremes too. Floats print as Python's ``repr`` prints them (``21.0``,
@@ -32,8 +35,8 @@ from profstream.sinks._numbers import GIVEN, NO_TEXT, float_kinds, float_texts
 
 I32 = npt.NDArray[np.int32]
 U8 = npt.NDArray[np.uint8]
-Unit = Literal["raw", "duration_us", "timestamp_us"]
-UNITS: tuple[Unit, ...] = ("raw", "duration_us", "timestamp_us")
+Unit = Literal["raw", "duration_us", "timestamp_us", "number"]
+UNITS: tuple[Unit, ...] = ("raw", "duration_us", "timestamp_us", "number")
 
 #: msprof's text for an absent value
 NA = "N/A"
@@ -48,7 +51,7 @@ class Column:
 
     name: str  #: the column of the sink's schema
     header: str | None = None  #: the display name; the column name when None
-    unit: Unit = "raw"  #: ``duration_us``/``timestamp_us`` read an int64 ns column
+    unit: Unit = "raw"  #: ``duration_us``/``timestamp_us`` read an int64 ns column, ``number`` a string one
     #: the text of an absent value; None leaves an absent cell out of its row (a JSON member out of its
     #: object), for trailing cells that only some rows have (msprof's Python step_trace Reduce pairs)
     null: str | None = NA
@@ -70,7 +73,11 @@ def resolve_columns(schema: pa.Schema, columns: list[Column] | None) -> list[Col
         if column.unit not in UNITS:
             msg = f"column {column.name!r}: unit must be one of {UNITS}, got {column.unit!r}"
             raise ValueError(msg)
-        if column.unit != "raw" and not pa.types.is_integer(schema.field(column.name).type):
+        kind = schema.field(column.name).type
+        if column.unit == "number" and not is_text(kind.value_type if pa.types.is_dictionary(kind) else kind):
+            msg = f"column {column.name!r}: unit number needs a string column"
+            raise ValueError(msg)
+        if column.unit in ("duration_us", "timestamp_us") and not pa.types.is_integer(kind):
             msg = f"column {column.name!r}: unit {column.unit} needs an integer ns column"
             raise ValueError(msg)
     return columns

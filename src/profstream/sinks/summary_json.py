@@ -5,7 +5,7 @@ and ``json.dump``s the list, so: keys are the headers in order, numbers stay num
 are the string ``"N/A"``, and the separators are ``json.dump``'s (``", "``, ``": "``). The rows are
 the ones the CSV would hold, timestamp cells included: ``"1.500\\t"`` keeps its TAB (the exporters
 append it to the row data, not in the CSV writer). Durations are exact numbers (``12.34``); see
-``_format``. Non-ASCII text is written as UTF-8 rather than ``\\uXXXX`` escapes (same JSON value).
+``_format``. Non-ASCII text is written as ``\\uXXXX`` escapes, as ``json.dump`` does by default.
 
 Rows are rendered from the batch columns by the numba writer of ``_json`` and streamed to one file
 (msprof does not slice JSON summaries), renamed into place at close.
@@ -13,14 +13,16 @@ Rows are rendered from the batch columns by the numba writer of ``_json`` and st
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from profstream import events as log_events
 from profstream.sinks._base import StagedFile, TableSink
-from profstream.sinks._format import FORMAT_ROWS, Column, resolve_columns
+from profstream.sinks._format import FORMAT_ROWS, Column, is_text, resolve_columns
 from profstream.sinks._json import (
     BUFFER_FULL,
     S_POS,
@@ -30,6 +32,22 @@ from profstream.sinks._json import (
 )
 
 _SEPARATOR = b", "
+#: characters ``json.dump`` escapes as ``\\uXXXX`` that the writer would copy (``ensure_ascii``)
+_NOT_PRINTED_AS_IS = r"[^\x{00}-\x{7e}]"
+
+
+def _ascii_strings(values: pa.Array) -> pa.Array | None:
+    """A text column holding non-ASCII characters as ``json.dump`` writes its values (quoted, every
+    non-ASCII character as ``\\uXXXX``); None for any other column, which the writer's own escaping
+    prints as ``json.dump`` does. A dictionary column converts its entries only."""
+    if pa.types.is_dictionary(values.type):
+        entries = _ascii_strings(values.dictionary)
+        return None if entries is None else pa.DictionaryArray.from_arrays(values.indices, entries)
+    # json.dump escapes DEL too: everything outside space to tilde but the control characters,
+    # which the writer escapes the same way
+    if not is_text(values.type) or not pc.any(pc.match_substring_regex(values, _NOT_PRINTED_AS_IS)).as_py():
+        return None
+    return pa.array([None if v is None else json.dumps(v) for v in values.to_pylist()], pa.string())
 
 
 class SummaryJsonSink(TableSink):
@@ -62,6 +80,10 @@ class SummaryJsonSink(TableSink):
                 template.member(column.title, values, role="dur", null=column.null)
             elif column.unit == "timestamp_us":
                 template.member(column.title, values, role="ts_tab", null=column.null)
+            elif column.unit == "number":
+                template.member(column.title, values, role="raw", null=column.null)
+            elif (escaped := _ascii_strings(values)) is not None:
+                template.member(column.title, escaped, role="raw", null=column.null)
             else:
                 template.member(column.title, values, null=column.null)
         return template

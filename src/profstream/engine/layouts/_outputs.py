@@ -99,6 +99,8 @@ def stamp(header: str, source: Source, null: str | None = "N/A") -> Cell:
 
 
 Format = Literal["csv", "json"]
+#: the device column msprof's merged summaries begin with (not in its ``--format json`` files)
+DEVICE_ID = "Device_id"
 
 
 def after_collection_start(
@@ -360,19 +362,29 @@ class SummaryOutput(Output):
         if self._frame is not None:
             batch = self._frame(batch)
         offset = self.context.wall_offset_ns
+        cells = self.written_cells
         frame = pa.RecordBatch.from_arrays(
-            [cell.values(batch, offset) for cell in self.cells],
-            names=[f"c{i}" for i in range(len(self.cells))],
+            [cell.values(batch, offset) for cell in cells],
+            names=[f"c{i}" for i in range(len(cells))],
         )
         if self._sink is None:
-            self._sink = self._open(frame.schema)
+            self._sink = self._open(frame.schema, cells)
         elif not frame.schema.equals(self._sink.schema):
             frame = frame.cast(self._sink.schema)
         self._sink.write(frame)
 
-    def _open(self, schema: pa.Schema) -> TableSink:
+    @property
+    def written_cells(self) -> list[Cell]:
+        """The cells the file holds. A ``--format json`` summary has no ``Device_id``: msprof writes it
+        per device dir with the viewer's header and copies that file as it is, where the CSV merge adds
+        the column (``MsprofOutputSummary._copy_summary_data``, ``create_json``; msprof_outputs.md §1.6)."""
+        if self.fmt == "json":
+            return [cell for cell in self.cells if cell.header != DEVICE_ID]
+        return self.cells
+
+    def _open(self, schema: pa.Schema, cells: Sequence[Cell]) -> TableSink:
         columns = [
-            Column(f"c{i}", cell.header, unit=cell.unit, null=cell.null) for i, cell in enumerate(self.cells)
+            Column(f"c{i}", cell.header, unit=cell.unit, null=cell.null) for i, cell in enumerate(cells)
         ]
         if self.fmt == "json":
             name = self.name if isinstance(self.name, str) else self.name(0, 1)

@@ -53,10 +53,17 @@ Choices where the spec leaves room:
   reads them back at once there, because the number of Reduce column pairs is the largest count in any
   iteration (§2.4). A row with fewer Reduce pairs ends after its own: msprof's Python appends each
   iteration's pairs to its row and writes the rows as they are
-  (``StepTraceViewer._reformat_step_trace_data``, ``msvp_common.create_csv_writer``; in ``--format
-  json`` the missing keys are absent, as ``create_json`` zips the header with the shorter row). The C++
+  (``StepTraceViewer._reformat_step_trace_data``, ``msvp_common.create_csv_writer``). The C++
   path pads such a row with one ``N/A`` per missing pair
-  (``SummaryStepTraceAssembler::AssembleStepTraceData``); that is not reproduced.
+  (``SummaryStepTraceAssembler::AssembleStepTraceData``); that is not reproduced. In ``--format json``
+  a row object holds ``Reduce Start(us)`` and ``Reduce Duration(us)`` once, with the row's last pair,
+  and neither without a pair: ``create_json`` builds each object as ``OrderedDict(zip(header, row))``,
+  which stops at the shorter row and keeps a repeated key where it first appears with its last value.
+* ``--format json`` summaries are one file per module holding every device's rows in device order,
+  without ``Device_id``. msprof writes one JSON per device dir with the viewer's own header (no
+  ``Device_id``) and copies each as it is to ``{module}_{ts}.json`` (``create_json``,
+  ``MsprofOutputSummary._copy_summary_data``), so with several devices its copies made within one
+  second overwrite each other, leaving one device's rows; keeping them all is the choice here.
 * operator_memory lists each device's rows in the order msprof's Python calculator appends them: at
   each release, then the allocations never released (the ``memory`` table's GE order,
   :mod:`~profstream.engine.operators.memory`). A release whose allocation was not captured makes no
@@ -310,7 +317,7 @@ def metric_cell(name: str, header: str) -> Cell:
             return rounded
         return pc.if_else(pc.equal(rounded, 0.0), pa.scalar("0"), float_text(rounded))
 
-    return Cell(header, values)
+    return Cell(header, values, "number" if name in APPENDED_METRICS else "raw")
 
 
 class TaskRows(SummaryOutput):
@@ -662,7 +669,9 @@ class StepTraceCsv(SummaryOutput):
             Cell("Data Aug Bound(us)", "data_aug_ns", "duration_us"),
             Cell("Model ID", "model_id"),
         ]
-        for k in range(pairs):
+        # --format json: one pair, the row's last (module docstring)
+        picks = list(range(pairs)) if self.fmt == "csv" else [-1] * min(pairs, 1)
+        for k in picks:
             self.cells += [
                 stamp("Reduce Start(us)", functools.partial(_reduce, k=k, which="start"), null=None),
                 Cell(
@@ -673,11 +682,16 @@ class StepTraceCsv(SummaryOutput):
 
 
 def _reduce(batch: pa.RecordBatch, k: int, which: str) -> pa.Array:
+    """Each row's ``k``-th Reduce start or end (``k`` -1: its last), null where it has none."""
     values = batch.column(f"reduce_{which}_ns")
-    lengths = pc.list_value_length(values).fill_null(0)
-    padded = pc.if_else(pc.greater(lengths, k), values, pa.scalar([0] * (k + 1), values.type))
-    element = pc.list_element(padded, k)
-    return pc.if_else(pc.greater(lengths, k), element, pa.scalar(None, pa.int64()))
+    lengths = np.asarray(pc.list_value_length(values).fill_null(0).to_numpy(), np.int64)
+    flat = np.asarray(pc.list_flatten(values).to_numpy(), np.int64)
+    ends = np.cumsum(lengths)
+    index = ends - 1 if k < 0 else ends - lengths + k
+    present = lengths > max(k, 0)
+    picked = np.zeros(len(lengths), np.int64)
+    picked[present] = flat[index[present]]
+    return pa.array(picked, mask=~present)
 
 
 def _reduce_duration(batch: pa.RecordBatch, k: int) -> pa.Array:
@@ -787,7 +801,7 @@ def summary_outputs(context: Context, fmt: Format) -> list[Output]:
                 stamp("Timestamp(us)", "time_ns"),
                 # a release-only sample prints as the integer -1, an empty module as the integer 0
                 # (NpuModuleMemViewer._npu_module_mem_reformat)
-                Cell("Total Reserved(KB)", _module_kilobytes, null="-1"),
+                Cell("Total Reserved(KB)", _module_kilobytes, "number", null="-1"),
                 Cell("Device", device_type),
             ],
             fmt=fmt,
