@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -67,9 +68,11 @@ SCALARS: dict[str, dict[str, tuple[Any, int | None]]] = {
         "device_type": (U8, None),
         "device_id": (U8, None),
     },
+    "logic_stream_info": {"logic_stream_id": (U32, None)},
 }
 LISTS = {"context_id_info": ("ctx_ids", U32, 55), "fusion_op_info": ("fusion_op_hashes", U64, 8)}
 LISTS["multi_thread"] = ("thread_ids", U32, 25)
+LISTS["logic_stream_info"] = ("physic_stream_ids", U32, 56)
 
 
 def _lists(data: st.DataObject, n: int, dtype: Any, most: int) -> list[list[int]]:
@@ -183,6 +186,16 @@ def test_multi_thread_layout() -> None:
     assert decode_one(get_codec("multi_thread"), raw)["thread_ids"] == [1001, 1002]
 
 
+def test_logic_stream_info_layout() -> None:
+    """24 logicStreamId, 28 physicStreamNum, 32 physicStreamId[56]: the ids past the count are not read
+    (GeLogicStreamInfoBean takes data[8:8 + physicStreamNum] of ``HHIIIQII56I``)."""
+    raw = host_record(256)
+    put(raw, 24, "6I", 1, 2, 120, 121, 122, 123)
+    row = decode_one(get_codec("logic_stream_info"), raw)
+    assert (row["logic_stream_id"], row["physic_stream_ids"]) == (1, [120, 121])
+    assert struct.calcsize("<HHIIIQII56I") == 256
+
+
 def test_task_memory_info_layout() -> None:
     """24 addr, 32 signed size (negative = release), 40 node hash, 48/56 totals, 64 device id, 68 type."""
     raw = host_record(256)
@@ -224,6 +237,7 @@ CUT = [
     ("context_id_info", 32, 55, "ctx_ids", "ctx_id_num"),
     ("fusion_op_info", 32, 8, "fusion_op_hashes", "fusion_op_num"),
     ("multi_thread", 24, 25, "thread_ids", "thread_num"),
+    ("logic_stream_info", 28, 56, "physic_stream_ids", "physic_stream_num"),
 ]
 
 
@@ -309,6 +323,7 @@ KINDS = {
     "task_memory_info": "task_memory_info",
     "static_op_mem": "static_op_mem",
     "memory_application": "memory_application",
+    "logic_stream_info": "logic_stream_info",
 }
 
 

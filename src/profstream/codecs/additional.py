@@ -58,7 +58,14 @@ Payloads ([MSP] ``analysis/csrc/infrastructure/utils/prof_common.h``; Python for
   chunks the file into 256-byte records, whose payload nothing decodes. The Python parser is not
   registered for chips 15/16 (``analysis/msconfig/data_parsers_config.py``).
 
-Other additional kinds (msproftx, capture_op_info, mc2_comm_info, logic_stream_info, ccu_*,
+- ``logic_stream_info`` (``MsprofLogicStreamInfo``, model level type 7): 24 u32
+  ``logic_stream_id``, 28 u32 physicStreamNum, 32 u32 physicStreamId[56] -> list column
+  ``physic_stream_ids`` of the first physicStreamNum (Python ``GeLogicStreamInfoBean``,
+  ``analysis/msparser/ge/ge_logic_stream_info_bean.py``, reads them so). GE writes one record per
+  56 physical streams of a logic stream when it loads a model, with ``data_len`` left 0
+  (``GlobalProfilingWrapper::ReportLogicStreamInfo``); a count above 56 is cut to 56.
+
+Other additional kinds (msproftx, capture_op_info, mc2_comm_info, ccu_*,
 dpu_hccl_info, model_exeom) are not decoded by this module; hash_dic and type_info_dic are text
 (:mod:`profstream.codecs.dictionaries`).
 """
@@ -93,6 +100,7 @@ TENSOR_WORDS = 3 + SHAPE_DIMS
 MAX_CTX_IDS = 55
 MAX_FUSION_OPS = 8
 MAX_THREADS = 25
+MAX_PHYSIC_STREAMS = 56
 #: ``life_end`` value msprof rewrites, and what it becomes ([MSP] ``static_op_mem_bean.py``).
 LIFE_END_RAW, LIFE_END_OUTPUT = 4294967294, 4294967295
 HCCL_ROLES = {0: "dst", 1: "src"}
@@ -303,6 +311,22 @@ MEMORY_APPLICATION = HostRecord(
 )
 
 
+_LOGIC_STREAM_DTYPE = host_dtype(
+    [
+        ("logic_stream_id", "<u4"),
+        ("physic_stream_num", "<u4"),
+        ("physic_stream_ids", f"({MAX_PHYSIC_STREAMS},)<u4"),
+    ],
+    RECORD_SIZE,
+)
+LOGIC_STREAM_INFO = HostRecord(
+    "logic_stream_info",
+    _LOGIC_STREAM_DTYPE,
+    counted_list(_LOGIC_STREAM_DTYPE, "physic_stream_num", "physic_stream_ids"),
+    cut={"physic_stream_num": MAX_PHYSIC_STREAMS},
+)
+
+
 def _additional(record: HostRecord, kind: str, description: str) -> Codec:
     return record.codec(named_patterns(host_file_pattern(f"additional.{kind}")), description)
 
@@ -317,4 +341,9 @@ CODECS = (
     _additional(TASK_MEMORY_INFO, "task_memory_info", "host operator memory events (MsprofMemoryInfo)"),
     _additional(STATIC_OP_MEM, "static_op_mem", "host static-graph op memory (MsprofStaticOpMem)"),
     _additional(MEMORY_APPLICATION, "memory_application", "host memory applications"),
+    _additional(
+        LOGIC_STREAM_INFO,
+        "logic_stream_info",
+        "host GE logic stream -> physical streams (MsprofLogicStreamInfo)",
+    ),
 )

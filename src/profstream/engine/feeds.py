@@ -99,6 +99,7 @@ TIME_SPECS: dict[str, TimeSpec] = {
             "task_memory_info",
             "static_op_mem",
             "memory_application",
+            "logic_stream_info",
         )
     },
     # torch_npu records: raw framework timestamps, converted in place to host-monotonic ns
