@@ -67,6 +67,7 @@ from profstream.engine.layouts import (
     outputs,
 )
 from profstream.engine.layouts.msprof import write_readme
+from profstream.engine.layouts.timeline import logic_streams
 from profstream.engine.metadata import ExperimentalConfig
 from profstream.engine.operators.statistics import ApiStatistic, CommStatistic, OpStatistic
 from profstream.engine.operators.task_rows import is_op_row
@@ -358,6 +359,7 @@ def layout_context(
         csv_slice_rows=csv_slice_rows,
         collection_start_ns=collection.collection_starts_ns,
         l2_cache=any(d.stream("l2_cache") is not None for d in collection.devices),
+        logic_streams=logic_streams(planner.feedset.table(collection.host, "logic_stream_info")),
     )
 
 

@@ -19,10 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
+from profstream.codecs import get_codec
 from profstream.daemon import checkpoint as ckpt
-from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig
+from profstream.daemon.collector import LOCK_NAME, CollectionRunner, Collector, CollectorConfig, _side_bytes
 from profstream.daemon.status import Metrics
 from profstream.daemon.windows import WindowFiles
+from profstream.engine.discovery import discover
 from profstream.engine.layouts import Layout, is_timeline
 from profstream.engine.runtime import Pipeline
 from profstream.errors import SinkError
@@ -319,3 +321,18 @@ def test_a_checkpoint_of_another_state_format_is_refused_with_a_clear_error(tmp_
     path.write_bytes(old)
     with pytest.raises(ckpt.CheckpointError, match="state_format"):
         ckpt.load(path)
+
+
+def test_a_growing_logic_stream_info_counts_as_a_growing_side_table(tmp_path: Path) -> None:
+    """The layout context reads ``logic_stream_info`` whole when planning, as the planner reads the
+    dictionaries: a record added later changes the side bytes, which starts the collection over."""
+    simulate(SimulationConfig(chip="910B", steps=1, ops_per_step=8, seed=1), tmp_path)
+    [prof] = sorted(tmp_path.glob("PROF_*"))
+    before = _side_bytes(discover(prof)[0])
+    codec = get_codec("logic_stream_info")
+    path = prof / "host" / "data" / "unaging.additional.logic_stream_info.slice_0"
+    path.write_bytes(codec.encode({"logic_stream_id": [0], "physic_stream_ids": [[2]]}))
+    once = _side_bytes(discover(prof)[0])
+    with path.open("ab") as f:
+        f.write(codec.encode({"logic_stream_id": [1], "physic_stream_ids": [[3]]}))
+    assert (once - before, _side_bytes(discover(prof)[0]) - once) == (256, 256)

@@ -15,7 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from profstream.codecs import get_codec
+from profstream.codecs._base import DecodeContext
 from profstream.engine import schema
+from profstream.engine.discovery import discover
 from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import (
     Cell,
@@ -34,11 +37,19 @@ from profstream.engine.layouts.msprof import (
     op_summary_rows,
     summary_outputs,
 )
-from profstream.engine.layouts.timeline import AscendHardware, Cann, PrunedCann, default_task_type
+from profstream.engine.layouts.timeline import (
+    AscendHardware,
+    Cann,
+    PrunedCann,
+    default_task_type,
+    logic_streams,
+)
 from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.layouts.torch_npu import summary_outputs as torch_npu_summary
 from profstream.engine.schema import NO_ID
-from profstream.sinks import CompleteEvents, FlowEvents
+from profstream.export import layout_context
+from profstream.simulate import SimulationConfig, simulate
+from profstream.sinks import CompleteEvents, FlowEvents, MetadataEvents
 
 SCHEMA = pa.schema([("device_id", pa.int32()), ("part", pa.int64()), ("at", pa.int64()), ("seq", pa.int64())])
 
@@ -765,3 +776,84 @@ def test_ascend_hardware_names_and_types_hccl_tasks_as_msprofs_compute_task_info
     assert (
         tasks.column("task_type").to_pylist() == ["HCCL_AI_CPU"] + ["HCCL"] * 7
     )  # the table keeps its types
+
+
+def _logic_stream_info(records: list[tuple[int, list[int]]]) -> pa.Table:
+    """``logic_stream_info`` records (logic stream, its physical streams) through the codec's bytes."""
+    codec = get_codec("logic_stream_info")
+    raw = codec.encode(
+        {"logic_stream_id": [logic for logic, _ in records], "physic_stream_ids": [ids for _, ids in records]}
+    )
+    return pa.Table.from_batches([codec.decode(np.frombuffer(raw, np.uint8), DecodeContext()).batch])
+
+
+def test_ascend_hardware_draws_each_task_on_its_logic_stream(tmp_path: Path) -> None:
+    """msprof draws a task on the GE logic stream its physical stream belongs to: ``tid``, the thread's
+    name ``Stream {tid}`` and sort index, and the HostToDevice flow end take the logic id, a stream no
+    record names keeps its own id, and ``Physic Stream Id`` stays physical (C++
+    ``AscendHardwareAssembler::GetPhysicStreamId``; Python ``format_task_scheduler`` with
+    ``GeLogicStreamSingleton.get_logic_stream_id``). A physical stream two records name keeps the
+    first one's logic stream (``HashInitProcessor::ProcessLogicStream``)."""
+    mapping = logic_streams(_logic_stream_info([(1, [5, 6]), (2, [7, 6])]))
+    assert mapping == {5: 1, 6: 1, 7: 2}
+    context = replace(_context(tmp_path), logic_streams=mapping)
+    n = 4
+    tasks = schema.conform(
+        schema.tasks_schema(()),
+        {
+            "device_id": pa.array([0] * n, pa.int32()),
+            "stream_id": pa.array([5, 6, 7, 9], pa.int32()),
+            "task_id": pa.array([1, 2, 3, 4], pa.int32()),
+            "batch_id": pa.array([0] * n, pa.int32()),
+            "context_id": [NO_ID] * n,
+            "start_ns": [1000, 2000, 3000, 4000],
+            "end_ns": [1500, 2500, 3500, 4500],
+            "op_name": ["MatMul", "Add", "Mul", "Cast"],
+            "task_type": ["AI_CORE"] * n,
+            "host_task_type": ["KERNEL_AICORE"] * n,
+            "device_task_type": ["AI_CORE"] * n,
+            "connection_id": [11, 12, 13, 14],
+            "launch_ns": [100, 200, 300, 400],
+            "launch_thread_id": [7] * n,
+            "launch_level": ["node"] * n,
+        },
+    )
+    events = list(AscendHardware(context, Processes()).events(tasks))
+    [complete] = [e for e in events if isinstance(e, CompleteEvents)]
+    assert pa.array(complete.tid).to_pylist() == [1, 1, 2, 9]
+    assert pa.array(complete.args["Physic Stream Id"]).to_pylist() == [5, 6, 7, 9]
+    threads = {
+        e.name: dict(zip(pa.array(e.tid).to_pylist(), pa.array(e.value).to_pylist(), strict=True))
+        for e in events
+        if isinstance(e, MetadataEvents) and e.name.startswith("thread_")
+    }
+    assert threads == {
+        "thread_name": {1: "Stream 1", 2: "Stream 2", 9: "Stream 9"},
+        "thread_sort_index": {1: 1, 2: 2, 9: 9},
+    }
+    assert [tid for _, tid, _ in _flows(events, "f")] == [1, 1, 2, 9]
+    # without logic_stream_info every task stays on its physical stream
+    plain = [
+        e
+        for e in AscendHardware(_context(tmp_path), Processes()).events(tasks)
+        if isinstance(e, CompleteEvents)
+    ]
+    assert pa.array(plain[0].tid).to_pylist() == [5, 6, 7, 9]
+
+
+def test_layout_context_reads_the_hosts_logic_stream_info(tmp_path: Path) -> None:
+    """The export's context maps physical streams through the host's unaging and aging
+    ``logic_stream_info`` slices (unaging first), and is empty without them."""
+    raw = tmp_path / "raw"
+    simulate(SimulationConfig(chip="910B", steps=1, ops_per_step=8, seed=1), raw)
+    [prof] = sorted(raw.glob("PROF_*"))
+    assert layout_context(discover(prof)[0], tmp_path / "out", None).logic_streams == {}
+    codec = get_codec("logic_stream_info")
+    (prof / "host" / "data" / "unaging.additional.logic_stream_info.slice_0").write_bytes(
+        codec.encode({"logic_stream_id": [0], "physic_stream_ids": [[2, 3]]})
+    )
+    (prof / "host" / "data" / "aging.additional.logic_stream_info.slice_0").write_bytes(
+        codec.encode({"logic_stream_id": [4], "physic_stream_ids": [[3, 8]]})
+    )
+    context = layout_context(discover(prof)[0], tmp_path / "out", None)
+    assert context.logic_streams == {2: 0, 3: 0, 8: 4}

@@ -37,8 +37,8 @@ Choices (the issue leaves them open):
   from the last commit, so that the windows after it follow it); when it is not, the collection
   starts over (next point), or, once raw data was aged, goes on with the assumed clock and logs an
   error.
-* A stream that appears later, or dictionaries
-  (``hash_dic``, ``type_info_dic``, read whole when planning) that grow, make the daemon start the
+* A stream that appears later, or side tables (``hash_dic``, ``type_info_dic``,
+  ``logic_stream_info``, read whole when planning) that grow, make the daemon start the
   collection over (delete its outputs and checkpoint, re-plan, re-read), which keeps the result
   exact; once raw data was aged that is impossible, so the new stream is then ignored and logged.
   The files torch_npu writes when profiling stops (:data:`AT_STOP_FAMILIES`: the Python tracer's
@@ -173,8 +173,9 @@ WINDOW_STEPS_ENV = "PROFSTREAM_COLLECT_WINDOW_STEPS"
 #: pipeline and the writer had taken turns at each window's end (the 50 MB/s soak's largest lag 1.9-2.7 s
 #: against 1.5 s with two, bench/README.md "Session 21")
 WINDOWS_IN_FLIGHT = 2
-#: dictionaries the planner reads whole: their growth means re-planning
-_SIDE_TABLES = ("hash_dic", "type_info_dic")
+#: side tables read whole when planning (the planner's dictionaries, the layout context's GE logic
+#: streams): their growth means re-planning
+_SIDE_TABLES = ("hash_dic", "type_info_dic", "logic_stream_info")
 #: FRAMEWORK files torch_npu writes when profiling stops (the Python tracer's names and start frames,
 #: ``Python GC`` records): appearing after the collection was planned, they are left out (logged)
 #: instead of starting the whole collection over at its end

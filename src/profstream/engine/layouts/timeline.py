@@ -29,6 +29,17 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   ``SDMA``). The tasks table keeps the op's name and ``HCCL`` for them (op_summary, the
   Communication layer and the statistics read it). An HCCL kernel is drawn with its op's name,
   typed ``COMMUNICATION`` (``HCCL_AI_CPU`` on an AI CPU).
+* Ascend Hardware threads are GE logic streams: a task's ``tid`` (its thread's name ``Stream {tid}``
+  and sort index, its HostToDevice flow end) is the logic stream the host's ``logic_stream_info``
+  gives its physical stream, else the stream id; ``Physic Stream Id`` stays physical (C++
+  ``AscendHardwareAssembler::GetPhysicStreamId`` over ``HashInitProcessor::ProcessLogicStream``'s
+  map; Python ``TaskTimeViewer.format_task_scheduler`` with ``GeLogicStreamSingleton``). Summaries
+  (op_summary, task_time, kernel_details) keep the physical id, as both paths print it there.
+  The map is read whole when the export is planned (:func:`logic_streams`; GE writes it when it
+  loads a model). Choices where the paths differ: a physical stream named twice keeps its first
+  logic stream in reading order (unaging slices, then aging), as C++ keeps its first table row;
+  msprof's Python also leaves every stream unmapped when the largest mapped physical id is 0 or
+  above ``NumberConstant.DEFAULT_STREAM_ID``, which the C++ path, followed here, does not.
 * Ascend Hardware: a MEMCPY_ASYNC task is named ``MEMCPY_ASYNC`` with its device task type as
   ``Task Type``, whatever op launched it (C++ ``GenerateMemcpyAsyncTrace``); its ``size(B)``,
   ``bandwidth(GB/s)`` and ``operation`` args (from memcpy_info, which the tasks table does not carry)
@@ -67,7 +78,7 @@ tasks have no flow end here, get none either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -178,6 +189,37 @@ def map_text(values: pa.Array | pa.ChunkedArray, change: Callable[[pa.Array], pa
     return change(text(values))
 
 
+def logic_streams(table: pa.Table | None) -> dict[int, int]:
+    """Physical stream id -> GE logic stream id, from the ``logic_stream_info`` records in reading
+    order (unaging, then aging); a physical stream listed again keeps its first logic stream, as
+    msprof's C++ ``HashInitProcessor::ProcessLogicStream`` keeps it (and warns)."""
+    if table is None or not table.num_rows:
+        return {}
+    lists = table.column("physic_stream_ids").combine_chunks()
+    physical = pc.list_flatten(lists).to_numpy(zero_copy_only=False)
+    counts = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False)
+    logic = np.repeat(table.column("logic_stream_id").to_numpy(), counts)
+    mapping: dict[int, int] = {}
+    for phys, log in zip(physical.tolist(), logic.tolist(), strict=True):
+        mapping.setdefault(phys, log)
+    return mapping
+
+
+def logic_stream_ids(mapping: Mapping[int, int], streams: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Each physical stream id's logic stream, the id itself where ``mapping`` has none
+    (``AscendHardwareAssembler::GetPhysicStreamId``)."""
+    if isinstance(streams, pa.ChunkedArray):
+        streams = streams.combine_chunks()
+    if not mapping or not len(streams):
+        return streams
+    keys = np.fromiter(mapping, np.int64, len(mapping))
+    order = np.argsort(keys)
+    keys, values = keys[order], np.fromiter(mapping.values(), np.int64, len(mapping))[order]
+    ids = streams.to_numpy(zero_copy_only=False).astype(np.int64)
+    at = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+    return pa.array(np.where(keys[at] == ids, values[at], ids))
+
+
 def per_device(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
     """The rows of each device in ``batch`` (usually one)."""
     return split_by(batch, batch.column("device_id"))
@@ -231,8 +273,9 @@ class AscendHardware(_Layer):
         pid = self.pid(HARDWARE_SORT, device)
         yield from self.device_process("Ascend Hardware", HARDWARE_SORT, device)
         streams = rows.column("stream_id")
+        tids = logic_stream_ids(self.context.logic_streams, streams)
         yield from self.processes.threads(
-            pid, pc.unique(streams).to_pylist(), lambda t: f"Stream {t}", lambda t: t
+            pid, pc.unique(tids).to_pylist(), lambda t: f"Stream {t}", lambda t: t
         )
         fallback = default_task_type(rows)
         # an HCCL task that is no kernel goes by its own task type, not its op's (hccl_non_kernels)
@@ -246,7 +289,7 @@ class AscendHardware(_Layer):
         yield CompleteEvents(
             name=pc.if_else(memcpy, MEMCPY_ASYNC, pc.coalesce(op_name, fallback)),
             pid=pid,
-            tid=streams,
+            tid=tids,
             ts_ns=start,
             dur_ns=duration(rows),
             args={
@@ -264,7 +307,9 @@ class AscendHardware(_Layer):
             },
         )
         flows = rows.filter(task_flow_ends(rows))
-        yield from flow_ends(self.context, flows, pid, flows.column("stream_id"))
+        yield from flow_ends(
+            self.context, flows, pid, logic_stream_ids(self.context.logic_streams, flows.column("stream_id"))
+        )
         # the flow start at the ACL API that launched a MEMCPY_ASYNC task, once per API (module docstring)
         memcpy = flows.filter(
             pc.fill_null(
