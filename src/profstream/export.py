@@ -360,6 +360,11 @@ def layout_context(
         collection_start_ns=collection.collection_starts_ns,
         l2_cache=any(d.stream("l2_cache") is not None for d in collection.devices),
         logic_streams=logic_streams(planner.feedset.table(collection.host, "logic_stream_info")),
+        hwts_mhz={
+            d.device_id: d.metadata.device_info.hwts_mhz
+            for d in collection.devices
+            if d.device_id is not None and d.metadata is not None and d.metadata.info.device_info
+        },
     )
 
 

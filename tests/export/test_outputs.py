@@ -6,6 +6,7 @@ import csv
 import json
 from collections import Counter
 from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from profstream.codecs import get_codec
 from profstream.codecs._base import DecodeContext
 from profstream.engine import schema
+from profstream.engine.clock import TickRate
 from profstream.engine.discovery import discover
 from profstream.engine.imports import csv_tables
 from profstream.engine.layouts._outputs import (
@@ -41,6 +43,7 @@ from profstream.engine.layouts.timeline import (
     AscendHardware,
     Cann,
     PrunedCann,
+    StepTrace,
     default_task_type,
     logic_streams,
 )
@@ -388,10 +391,11 @@ def test_split_by_gives_each_key_its_rows_and_a_dictionary_key_its_word() -> Non
 
 
 def _step_trace_csv(
-    tmp_path: Path, columns: dict[str, pa.Array], fmt: Format = "csv"
+    tmp_path: Path, columns: dict[str, pa.Array], fmt: Format = "csv", context: Context | None = None
 ) -> tuple[Path, list[str]]:
     """msprof's step_trace file of two device-0 ``steps`` rows with ``columns``: its path and lines."""
-    [output] = [o for o in summary_outputs(_context(tmp_path), fmt) if o.tables == ("steps",)]
+    context = context or _context(tmp_path)
+    [output] = [o for o in summary_outputs(context, fmt) if o.tables == ("steps",)]
     device = {"device_id": pa.array([0, 0], pa.int32())}
     output.write("steps", schema.conform(schema.TABLES["steps"], {**device, **columns}))
     [path] = output.close()
@@ -588,6 +592,92 @@ def test_msprof_step_trace_lists_the_60000_steps_among_the_iterations(tmp_path: 
     _, step, model = lines
     assert step.split(",") == ["0", "3", "N/A", "N/A", "7.500\t", "6.5", "N/A", "N/A", "N/A", "4294967295"]
     assert model.split(",")[:2] == ["0", "1"]
+
+
+def _steps_at_38_4_mhz() -> dict[str, pa.Array]:
+    """Two iterations of a 38.4 MHz device (a tick is 26.041666... ns), each time rounded to the nearest
+    ns from its syscnt: 63113 ticks long, FP to BP 38767, refresh 23112, data aug 517, a 7-tick reduce;
+    the second with FP = BP."""
+    per_tick = TickRate.from_mhz(Fraction("38.4"))
+    syscnt = {"prev_end": 10_000_001, "fp": 10_000_518, "bp": 10_039_285, "end": 10_062_397}
+    syscnt |= {"start": syscnt["end"] - 63113, "reduce": 10_040_000}
+    ns = {k: int(v) for k, v in zip(syscnt, per_tick.scale(np.array(list(syscnt.values()))), strict=True)}
+    return {
+        "kind": pa.array(["model", "model"]),
+        "model_id": pa.array([1, 1]),
+        "iteration_id": pa.array([1, 2]),
+        "start_ns": pa.array([ns["start"], ns["start"]]),
+        "end_ns": pa.array([ns["end"], ns["end"] + 1]),
+        "fp_ns": pa.array([ns["fp"], ns["bp"]]),
+        "bp_ns": pa.array([ns["bp"], ns["bp"]]),
+        "data_aug_ns": pa.array([ns["fp"] - ns["prev_end"], None]),
+        "reduce_start_ns": pa.array([[ns["reduce"]], []], pa.list_(pa.int64())),
+        "reduce_end_ns": pa.array([[ns["reduce"] + 182], []], pa.list_(pa.int64())),  # 7 ticks, 182.29 ns
+    }
+
+
+def test_msprof_step_trace_durations_are_msprof_s_floats_of_syscnt_ticks(tmp_path: Path) -> None:
+    """msprof's Python keeps step-trace times as syscnt and prints Iteration Time, FP to BP, Iteration
+    Refresh and Data Aug Bound as ``ticks * 1000000.0 / (float(hwts_frequency) * 1000000.0)``, unrounded
+    (``StepTraceViewer.calculate_duration``, ``InfoConfReader.get_freq``), a Reduce Duration as
+    ``round(ticks * (1000000.0 / (float(hwts_frequency) * 1000000.0)), 3)``
+    (``_reformat_step_trace_data``, ``StepTraceConstant.syscnt_to_micro``) and a span of 0 ticks ``N/A``
+    (``get_step_trace_data``). At 38.4 MHz a tick is 26.041666... ns: the ns times (each rounded from
+    its syscnt) give the ticks back."""
+    columns = _steps_at_38_4_mhz()
+    context = replace(_context(tmp_path), hwts_mhz={0: Fraction("38.4")})
+
+    def msprof(ticks: int) -> float:  # calculate_duration
+        return ticks * 1000000.0 / (float("38.4") * 1000000.0)
+
+    expected = [msprof(63113), msprof(38767), msprof(23112), msprof(517)]
+    assert [repr(v) for v in expected] == [
+        "1643.5677083333333",
+        "1009.5572916666666",
+        "601.875",
+        "13.463541666666666",
+    ]
+    path, lines = _step_trace_csv(tmp_path, columns, context=context)
+    first, second = (line.split(",") for line in lines[1:])
+    assert first[5:9] == [repr(v) for v in expected]
+    assert first[11] == repr(round(7 * (1000000.0 / (float("38.4") * 1000000.0)), 3)) == "0.182"
+    assert second[5:9] == ["1643.5677083333333", "N/A", "601.875", "N/A"]  # FP = BP: 0 ticks
+    path.unlink()
+    path, _ = _step_trace_csv(tmp_path, columns, "json", context)
+    row = json.loads(path.read_text())[0]
+    assert [row[k] for k in ("Iteration Time(us)", "Data Aug Bound(us)", "Reduce Duration(us)")] == [
+        expected[0],
+        expected[3],
+        0.182,
+    ]
+
+
+def test_msprof_step_trace_timeline_durations_are_msprof_s_floats_of_syscnt_ticks(tmp_path: Path) -> None:
+    """The Step Trace layer's duration args are ``calculate_duration`` of the ticks too
+    (``StepTraceViewer.update_iteration`` / ``update_fp_bp_time`` / ``update_grad_refresh_data``) and
+    ``Data_aug Bound(us)`` is ``data_aug_bound * 1000000.0 / (float(hwts_frequency) * 1000000.0)``
+    (``TimeLineJsonMaker.make_data_aug_dict1``)."""
+    context = replace(_context(tmp_path), hwts_mhz={0: Fraction("38.4")})
+    columns = {"device_id": pa.array([0, 0], pa.int32()), **_steps_at_38_4_mhz()}
+    first = schema.conform(schema.TABLES["steps"], columns).slice(0, 1)
+    events = list(StepTrace(context, Processes()).events(first))
+    args = {
+        key: values.to_pylist()
+        for e in events
+        if isinstance(e, (CompleteEvents, FlowEvents))
+        for key, values in e.args.items()
+        if key.endswith("(us)")
+    }
+
+    def msprof(ticks: int) -> float:  # calculate_duration
+        return ticks * 1000000.0 / (float("38.4") * 1000000.0)
+
+    assert args == {
+        "Iteration Time(us)": [msprof(63113)],
+        "FP_BP Time(us)": [msprof(38767)],
+        "Iteration Refresh(us)": [msprof(23112)],
+        "Data_aug Bound(us)": [msprof(517)],
+    }
 
 
 def test_torch_npu_operator_details_prints_host_floats_and_device_float_sums(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -70,6 +71,9 @@ class Context:
     l2_cache: bool = False  #: some device recorded L2 cache counters (``l2_cache.data``)
     #: physical stream id -> GE logic stream id (host ``logic_stream_info``; empty without it)
     logic_streams: Mapping[int, int] = field(default_factory=dict)
+    #: per device, its info.json ``hwts_frequency`` (MHz, exact): msprof's Python prints step-trace
+    #: durations from syscnt ticks at this rate (:func:`~profstream.engine.layouts.timeline.syscnt_us`)
+    hwts_mhz: Mapping[int, Fraction] = field(default_factory=dict)
 
 
 Source = str | Callable[[pa.RecordBatch], pa.Array]

@@ -59,6 +59,16 @@ Choices where the spec leaves room:
   a row object holds ``Reduce Start(us)`` and ``Reduce Duration(us)`` once, with the row's last pair,
   and neither without a pair: ``create_json`` builds each object as ``OrderedDict(zip(header, row))``,
   which stops at the shorter row and keeps a repeated key where it first appears with its last value.
+* step_trace's Iteration Time, FP to BP Time, Iteration Refresh and Data Aug Bound are msprof's Python
+  floats of the syscnt ticks, unrounded: ``ticks * 1000000.0 / (float(hwts_frequency) * 1000000.0)``
+  (``StepTraceViewer.calculate_duration``, ``InfoConfReader.get_freq``), ``N/A`` for 0 ticks (its
+  ``training_trace`` query prints every 0 so); Reduce Duration is ``round(ticks * (1000000.0 /
+  (float(hwts_frequency) * 1000000.0)), 3)`` (``_reformat_step_trace_data``,
+  ``StepTraceConstant.syscnt_to_micro``). The ``steps`` table keeps int64 ns; the ticks come back from
+  its ns spans exactly (:func:`~.timeline.syscnt_ticks`, any rate below 500 MHz), and steps imported
+  from a CSV count ns as ticks of a 1000 MHz clock. The C++ path (``SummaryStepTraceAssembler``) prints
+  fixed 3-decimal µs from ns instead, and the first Reduce Duration of an iteration as start minus end
+  on unsigned integers; that is not reproduced.
 * ``--format json`` summaries are one file per module holding every device's rows in device order,
   without ``Device_id``. msprof writes one JSON per device dir with the viewer's own header (no
   ``Device_id``) and copies each as it is to ``{module}_{ts}.json`` (``create_json``,
@@ -113,6 +123,8 @@ from profstream.engine.layouts.timeline import (
     duration,
     map_text,
     stored_task_type,
+    syscnt_ticks,
+    syscnt_us,
     text,
 )
 from profstream.engine.operators import pmu
@@ -659,14 +671,10 @@ class StepTraceCsv(SummaryOutput):
             stamp("FP Start(us)", "fp_ns"),
             stamp("BP End(us)", "bp_ns"),
             stamp("Iteration End(us)", "end_ns"),
-            Cell("Iteration Time(us)", duration, "duration_us"),
-            Cell("FP to BP Time(us)", functools.partial(duration, start="fp_ns", end="bp_ns"), "duration_us"),
-            Cell(
-                "Iteration Refresh(us)",
-                functools.partial(duration, start="bp_ns", end="end_ns"),
-                "duration_us",
-            ),
-            Cell("Data Aug Bound(us)", "data_aug_ns", "duration_us"),
+            Cell("Iteration Time(us)", self._span("start_ns", "end_ns")),
+            Cell("FP to BP Time(us)", self._span("fp_ns", "bp_ns")),
+            Cell("Iteration Refresh(us)", self._span("bp_ns", "end_ns")),
+            Cell("Data Aug Bound(us)", self._span(None, "data_aug_ns")),
             Cell("Model ID", "model_id"),
         ]
         # --format json: one pair, the row's last (module docstring)
@@ -674,11 +682,27 @@ class StepTraceCsv(SummaryOutput):
         for k in picks:
             self.cells += [
                 stamp("Reduce Start(us)", functools.partial(_reduce, k=k, which="start"), null=None),
-                Cell(
-                    "Reduce Duration(us)", functools.partial(_reduce_duration, k=k), "duration_us", null=None
-                ),
+                Cell("Reduce Duration(us)", functools.partial(self._reduce_us, k=k), null=None),
             ]
         yield from table.combine_chunks().to_batches()
+
+    def _span(self, start: str | None, end: str) -> Callable[[pa.RecordBatch], pa.Array]:
+        """A duration column (``end`` minus ``start``, or ``end`` itself when ``start`` is None) as
+        :func:`~.timeline.syscnt_us` floats; a span of 0 ticks is ``N/A``, as msprof stores an absent
+        value as 0 and its query prints every 0 ``N/A`` (``StepTraceViewer.get_step_trace_data``)."""
+
+        def values(batch: pa.RecordBatch) -> pa.Array:
+            delta = batch.column(end) if start is None else duration(batch, start, end)
+            ticks = syscnt_ticks(self.context, batch, delta)
+            ticks = pc.if_else(pc.equal(ticks, 0), pa.scalar(None, pa.int64()), ticks)
+            return syscnt_us(self.context, batch, ticks)
+
+        return values
+
+    def _reduce_us(self, batch: pa.RecordBatch, k: int) -> pa.Array:
+        """The ``k``-th Reduce Duration, rounded to 3 places from its ticks (:func:`~.timeline.syscnt_us`)."""
+        ticks = syscnt_ticks(self.context, batch, _reduce_duration(batch, k))
+        return syscnt_us(self.context, batch, ticks, places=3)
 
 
 def _reduce(batch: pa.RecordBatch, k: int, which: str) -> pa.Array:

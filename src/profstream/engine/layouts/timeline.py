@@ -64,6 +64,8 @@ Iteration Refresh and Reduce slices, and the Data_aug Bound flow pair where mspr
 (§3.6); a 60000/60001 step is an iteration slice (FP and BP ``N/A``), as both msprof paths draw every row
 of the ``training_trace`` table (``StepTraceViewer.get_step_trace_timeline``,
 ``StepTraceAssembler::GenerateTrainTrace``), where ``CreateTrainingTrace.update_step_time`` put them.
+Its duration args are msprof's Python floats of the syscnt ticks (:func:`syscnt_us`); an FP_BP or
+refresh of 0 ticks prints ``0.0`` where msprof's Python prints ``N/A``, and ``dur`` stays the ns span.
 HostToDevice flows end where msprof's C++ ends them (:mod:`~profstream.engine.operators.launches`): on
 a task with an op name (not an HCCL task), on every MEMCPY_ASYNC task, and on each communication op at
 its start on its group thread. torch_npu's ``async_npu`` flows end on the same events. They start where
@@ -79,11 +81,13 @@ tasks have no flow end here, get none either.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from profstream.engine.clock import TickRate
 from profstream.engine.layouts._outputs import (
     Context,
     EventBuilder,
@@ -109,6 +113,10 @@ COMMUNICATION_SORT = 16
 NPU_MEM_SORT = 17
 HBM_SORT = 24
 OVERLAP_SORT = 31
+#: msprof's ``NumberConstant.MICRO_SECOND`` and ``FREQ_TO_MHz`` (both 1000000.0)
+MICRO = 1_000_000.0
+#: the syscnt rate of a device whose info.json is not known (:func:`syscnt_ticks`)
+DEFAULT_HWTS_MHZ = Fraction(1000)
 STEP_TRACE_TID = 70000
 #: api levels as the CANN layer names them (``{Level}@{api}``, §3.4)
 LEVEL_NAMES = {
@@ -232,6 +240,47 @@ def local(context: Context, ns: pa.Array) -> pa.Array:
 
 def duration(batch: pa.RecordBatch, start: str = "start_ns", end: str = "end_ns") -> pa.Array:
     return pc.subtract(batch.column(end), batch.column(start))
+
+
+def syscnt_ticks(context: Context, batch: pa.RecordBatch, delta_ns: pa.Array) -> pa.Array:
+    """The device syscnt ticks each ns delta of ``batch`` spans (null stays null).
+
+    Each time was converted to the nearest ns from its syscnt (:mod:`~profstream.engine.clock`), so
+    a delta is within 1 ns of ticks times the ns per tick: less than half a tick at any rate below
+    500 MHz, so the ticks come back exactly. A device whose rate is not known (steps imported from
+    msprof's CSV) counts ns as ticks of a 1000 MHz clock.
+    """
+    ns = pc.cast(delta_ns, pa.int64())
+    values = np.asarray(ns.fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+    devices = np.asarray(batch.column("device_id").to_numpy(zero_copy_only=False))
+    ticks = np.zeros(len(values), np.int64)
+    for device in np.unique(devices):
+        per_ns = context.hwts_mhz.get(int(device), DEFAULT_HWTS_MHZ) / 1000
+        chosen = devices == device
+        ticks[chosen] = TickRate(per_ns.numerator, per_ns.denominator).scale(values[chosen])
+    return pa.array(ticks, mask=np.asarray(ns.is_null().to_numpy(zero_copy_only=False), bool))
+
+
+def syscnt_us(
+    context: Context, batch: pa.RecordBatch, ticks: pa.Array, places: int | None = None
+) -> pa.Array:
+    """Syscnt ticks as msprof's Python prints a step-trace duration: a float of as many digits as it
+    has, ``ticks * 1000000.0 / (float(hwts_frequency) * 1000000.0)`` (``StepTraceViewer.calculate_duration``,
+    ``InfoConfReader.get_freq``), or with ``places``, ``round(ticks * (1000000.0 / (float(hwts_frequency)
+    * 1000000.0)), places)`` (a Reduce Duration: ``_reformat_step_trace_data``,
+    ``StepTraceConstant.syscnt_to_micro``). Null stays null."""
+    values = np.asarray(ticks.fill_null(0).to_numpy(zero_copy_only=False), np.int64).astype(np.float64)
+    devices = np.asarray(batch.column("device_id").to_numpy(zero_copy_only=False))
+    micros = np.zeros(len(values), np.float64)
+    for device in np.unique(devices):
+        hertz = float(context.hwts_mhz.get(int(device), DEFAULT_HWTS_MHZ)) * MICRO
+        chosen = devices == device
+        micros[chosen] = (
+            values[chosen] * MICRO / hertz if places is None else values[chosen] * (MICRO / hertz)
+        )
+    if places is not None:
+        micros = np.array([round(v, places) for v in micros.tolist()], np.float64)
+    return pa.array(micros, mask=np.asarray(ticks.is_null().to_numpy(zero_copy_only=False), bool))
 
 
 class _Layer(EventBuilder):
@@ -598,7 +647,7 @@ class StepTrace(_Layer):
                 "FP Start": self._stamp(rows, "fp_ns"),
                 "BP End": self._stamp(rows, "bp_ns"),
                 "Iteration End": self._stamp(rows, "end_ns"),
-                "Iteration Time(us)": _span_us(rows, "start_ns", "end_ns"),
+                "Iteration Time(us)": self._span_us(rows, "start_ns", "end_ns"),
             },
         )
         both = rows.filter(pc.and_(pc.is_valid(rows.column("fp_ns")), pc.is_valid(rows.column("bp_ns"))))
@@ -616,7 +665,7 @@ class StepTrace(_Layer):
                     "Iteration ID": both.column("iteration_id"),
                     "FP Start": self._stamp(both, "fp_ns"),
                     "BP End": self._stamp(both, "bp_ns"),
-                    "FP_BP Time(us)": _span_us(both, "fp_ns", "bp_ns"),
+                    "FP_BP Time(us)": self._span_us(both, "fp_ns", "bp_ns"),
                 },
             )
             yield CompleteEvents(
@@ -630,7 +679,7 @@ class StepTrace(_Layer):
                     "Iteration ID": both.column("iteration_id"),
                     "BP End": self._stamp(both, "bp_ns"),
                     "Iteration End": self._stamp(both, "end_ns"),
-                    "Iteration Refresh(us)": _span_us(both, "bp_ns", "end_ns"),
+                    "Iteration Refresh(us)": self._span_us(both, "bp_ns", "end_ns"),
                 },
             )
             yield from self._data_aug(pid, both, both_tids, both_iter)
@@ -666,11 +715,17 @@ class StepTrace(_Layer):
             # no earlier iteration: 0 (both paths start the bound at 0 and keep it; Python
             # CreateTrainingTrace.update_data_aug, C++ StepTraceAssembler::GenerateDataAugTrace)
             args={
-                "Data_aug Bound(us)": pc.divide(
-                    pc.cast(rows.column("data_aug_ns").fill_null(0), pa.float64()), 1000.0
+                "Data_aug Bound(us)": syscnt_us(
+                    self.context,
+                    rows,
+                    syscnt_ticks(self.context, rows, rows.column("data_aug_ns")).fill_null(0),
                 )
             },
         )
+
+    def _span_us(self, rows: pa.RecordBatch, start: str, end: str) -> pa.Array:
+        """A duration of the args: msprof's ``calculate_duration`` of its ticks (:func:`syscnt_us`)."""
+        return syscnt_us(self.context, rows, syscnt_ticks(self.context, rows, duration(rows, start, end)))
 
     def _stamp(self, rows: pa.RecordBatch, column: str) -> pa.Array:
         """A time of the args: local µs as msprof's Python path writes it (a 3-decimal string, ``N/A``
@@ -711,11 +766,6 @@ class StepTrace(_Layer):
                     f"Reduce End {k}": self._stamp(batch, "end_ns"),
                 },
             )
-
-
-def _span_us(rows: pa.RecordBatch, start: str, end: str) -> pa.Array:
-    """A duration of the args in µs (a number, as msprof's ``calculate_duration`` gives it)."""
-    return pc.divide(pc.cast(duration(rows, start, end), pa.float64()), 1000.0)
 
 
 def micros_text(ns: pa.Array | pa.ChunkedArray, suffix: str = "") -> pa.Array:
