@@ -680,6 +680,46 @@ def test_msprof_step_trace_timeline_durations_are_msprof_s_floats_of_syscnt_tick
     }
 
 
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_msprof_hbm_cells_keep_msprof_s_types(tmp_path: Path, fmt: Format) -> None:
+    """msprof's ``get_hbm_summary_data`` rows: the Average row's ``float_calculate`` texts (``None`` among
+    the means gives ``"0"``, then ``/ 3`` quantized: ``0.000``), each unit's integer ``hbmid``, its
+    means ``round(mean, 3)``, a read mean of none the write mean unrounded (``_format_hbm_data``), a
+    direction without rows ``None`` (``0 / 0`` in SQLite). ``csv.writer`` prints None empty;
+    ``create_json``'s ``json.dump`` prints the texts as strings, the id and means as numbers, None
+    as ``null``."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), fmt) if o.tables == ("hbm",)]
+    samples = [
+        (0, "read", 100.5),
+        (0, "read", 200.25),
+        (0, "write", 10.0),
+        (1, "write", 3.3333),
+        (2, "read", 5.0),
+    ]
+    unit, event, bandwidth = zip(*samples, strict=True)
+    columns = {"device_id": pa.array([0] * 5, pa.int32()), "time_ns": list(range(5)), "hbm_id": list(unit)}
+    output.write(
+        "hbm", schema.conform(schema.TABLES["hbm"], {**columns, "event": event, "bandwidth": bandwidth})
+    )
+    [path] = output.close()
+    text = path.read_text()
+    if fmt == "csv":
+        assert text.splitlines()[1:] == [
+            "0,Average,0.000,0.000",
+            "0,0,150.375,10.0",
+            "0,1,3.3333,3.333",
+            "0,2,5.0,",
+        ]
+        return
+    assert json.loads(text) == [
+        {"Metric": "Average", "Read(MB/s)": "0.000", "Write(MB/s)": "0.000"},
+        {"Metric": 0, "Read(MB/s)": 150.375, "Write(MB/s)": 10.0},
+        {"Metric": 1, "Read(MB/s)": 3.3333, "Write(MB/s)": 3.333},
+        {"Metric": 2, "Read(MB/s)": 5.0, "Write(MB/s)": None},
+    ]
+    assert '{"Metric": 2, "Read(MB/s)": 5.0, "Write(MB/s)": null}' in text
+
+
 def test_torch_npu_operator_details_prints_host_floats_and_device_float_sums(tmp_path: Path) -> None:
     """Host durations are ``convert_ns2us_float`` floats, so a 0 ns self duration prints ``0.0``; device
     cells print torch_npu's float sums as Python does, ``0`` where no kernel was added (``sum([])``;

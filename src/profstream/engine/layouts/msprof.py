@@ -90,6 +90,7 @@ Choices where the spec leaves room:
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
@@ -418,6 +419,10 @@ class L2CacheRows(SummaryOutput):
             yield batch.append_column("op_name", op_name)
 
 
+#: hbm's cells after Device_id: (header, column)
+HBM_CELLS = (("Metric", "metric"), ("Read(MB/s)", "read"), ("Write(MB/s)", "write"))
+
+
 def _three_places(value: Decimal) -> str:
     return str(value.quantize(Decimal("0.000"))).replace("E", "e")
 
@@ -432,17 +437,10 @@ def hbm_average(means: Sequence[float | None]) -> str:
     return _three_places(Decimal(total) / Decimal(len(means)))
 
 
-def hbm_unit_cells(read: float | None, write: float | None) -> tuple[str | None, str | None]:
-    """A unit's Read and Write cells as msprof's ``_format_hbm_data`` writes them: rounded to 3 places,
-    except that a read mean of 0 or none prints the write mean as it is (msprof's own slip, kept)."""
-
-    def shown(value: float | None) -> str | None:
-        return None if value is None else repr(value)
-
-    return (
-        shown(round(read, 3) if read else write),
-        shown(round(write, 3) if write else write),
-    )
+def hbm_unit_cells(read: float | None, write: float | None) -> tuple[float | None, float | None]:
+    """A unit's Read and Write values as msprof's ``_format_hbm_data`` gives them: rounded to 3 places,
+    except that a read mean of 0 or none gives the write mean as it is (msprof's own slip, kept)."""
+    return (round(read, 3) if read else write, round(write, 3) if write else write)
 
 
 class HbmSummary(SummaryOutput):
@@ -451,18 +449,26 @@ class HbmSummary(SummaryOutput):
     msprof's Python (``viewer/get_msvp_summary_training.py`` ``get_hbm_summary_data``): a unit's mean is the
     sum of its bandwidths over their number, per direction (none without rows); the first row is
     :func:`hbm_average`, then the units by id with :func:`hbm_unit_cells`. Only sums and counts are kept.
+    The cells keep msprof's types, which differ by row: the Average row's texts, each unit's integer id
+    (the ``hbmid`` INT column) and float means, none for a direction without rows. A CSV prints them as
+    ``csv.writer`` does (none empty); ``--format json`` as ``json.dump`` does (``create_json``): the
+    Average cells strings, the id and means numbers, none ``null``. So each cell is held as its text in
+    the output's format and printed as it is (unit ``number``).
     """
 
     def __init__(self, context: Context, name: str | SliceNaming, **options: Any) -> None:
-        cells = [
+        super().__init__(context, "hbm", name, [], by_device=False, **options)
+        self.cells = [
             Cell("Device_id", "device_id"),
-            Cell("Metric", "metric"),
-            Cell("Read(MB/s)", "read", null=""),
-            Cell("Write(MB/s)", "write", null=""),
+            *(Cell(header, column, "number", null="") for header, column in HBM_CELLS),
         ]
-        super().__init__(context, "hbm", name, cells, by_device=False, **options)
         # per (device, hbm id, direction): the bandwidths' partial sums and their count
         self._sums: dict[tuple[int, int, str], tuple[list[float], int]] = {}
+
+    def _text(self, value: str | int | float | None) -> str | None:
+        if self.fmt == "json":
+            return json.dumps(value)
+        return None if value is None else repr(value) if isinstance(value, float) else str(value)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         for device, rows in split_by(batch, batch.column("device_id")):
@@ -486,19 +492,17 @@ class HbmSummary(SummaryOutput):
             }
             reads = [means[(unit, "read")] for unit in units]
             writes = [means[(unit, "write")] for unit in units]
-            rows: list[tuple[str, str | None, str | None]] = [
+            rows: list[tuple[str | int, str | float | None, str | float | None]] = [
                 ("Average", hbm_average(reads), hbm_average(writes))
             ]
-            rows += [
-                (str(unit), *hbm_unit_cells(r, w)) for unit, r, w in zip(units, reads, writes, strict=True)
-            ]
-            metric, read, write = zip(*rows, strict=True)
+            rows += [(unit, *hbm_unit_cells(r, w)) for unit, r, w in zip(units, reads, writes, strict=True)]
             yield pa.RecordBatch.from_pydict(
                 {
                     "device_id": pa.array([device] * len(rows), pa.int32()),
-                    "metric": pa.array(metric, pa.string()),
-                    "read": pa.array(read, pa.string()),
-                    "write": pa.array(write, pa.string()),
+                    **{
+                        column: pa.array([self._text(row[i]) for row in rows], pa.string())
+                        for i, (_, column) in enumerate(HBM_CELLS)
+                    },
                 }
             )
 
