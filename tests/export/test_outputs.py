@@ -720,6 +720,31 @@ def test_msprof_hbm_cells_keep_msprof_s_types(tmp_path: Path, fmt: Format) -> No
     assert '{"Metric": 2, "Read(MB/s)": 5.0, "Write(MB/s)": null}' in text
 
 
+@pytest.mark.parametrize("stars", [False, True])
+def test_msprof_l2_cache_json_cells_keep_msprof_s_types(tmp_path: Path, stars: bool) -> None:
+    """msprof's l2_cache rows are the ``L2CacheSummary`` columns (``stream_id``/``task_id`` INTEGER,
+    ``hit_rate``/``victim_rate`` REAL; ``get_l2_cache_data``), the hit rate the text ``N/A`` on STARS
+    chips (``process_hit_rate``) and the op name ``N/A`` for a task without one (``add_op_name``):
+    ``json.dump`` prints ids and rates as numbers, the ``N/A`` texts as strings."""
+    context = replace(_context(tmp_path), l2_cache=True, stars=stars)
+    [output] = [o for o in summary_outputs(context, "json") if o.tables == ("l2_cache", "tasks")]
+    rates = {"hit_rate": [0.5, 0.0], "victim_rate": [0.123456, 1.0]}
+    ids = {
+        "device_id": pa.array([0, 0], pa.int32()),
+        "stream_id": [3, 4],
+        "task_id": [7, 8],
+        "task_type": [0, 0],
+    }
+    output.write("l2_cache", schema.conform(schema.TABLES["l2_cache"], {**ids, **rates}))
+    [path] = output.close()
+    hit = ["N/A", "N/A"] if stars else [0.5, 0.0]
+    assert json.loads(path.read_text()) == [
+        {"Stream Id": 3, "Task Id": 7, "Hit Rate": hit[0], "Victim Rate": 0.123456, "Op Name": "N/A"},
+        {"Stream Id": 4, "Task Id": 8, "Hit Rate": hit[1], "Victim Rate": 1.0, "Op Name": "N/A"},
+    ]
+    assert ('"Hit Rate": 0.0, "Victim Rate": 1.0' in path.read_text()) is not stars  # REAL, not 0
+
+
 def test_torch_npu_operator_details_prints_host_floats_and_device_float_sums(tmp_path: Path) -> None:
     """Host durations are ``convert_ns2us_float`` floats, so a 0 ns self duration prints ``0.0``; device
     cells print torch_npu's float sums as Python does, ``0`` where no kernel was added (``sum([])``;
