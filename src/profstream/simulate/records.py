@@ -11,6 +11,9 @@ when (specs/cann_raw_formats.md §2 and the CANN sources it cites):
   stamped just inside the launch API; the task word holds the flip number in
   its high half for every task, as the runtime's ``GetFlipTaskId`` does; PyTorch
   launches outside a model, so the runtime reports it as aging data;
+- ``memcpy_info`` (one per H2D copy API, host to device) carries the time stamp
+  and thread of the copy's ``task_track``, the key msprof joins them by
+  (``MemcpyInfoDumper``);
 - ``node_basic_info`` and ``tensor_info`` are stamped at the end of the node
   launch API (GE's ``ReportTaskDescInfo``); static-shape ops go to ``unaging``
   files, dynamic-shape ones to ``aging`` (msprof's opState rule, §1.3);
@@ -89,6 +92,10 @@ MODEL_NAME = "torch_npu_eager_graph"
 HCCL_DATA_FP16 = 3  # HcclDataType FP16 (hccl_op_info data_type; hccl_info dataType uses 3 = FP16 too)
 GE_FORMAT_ND, GE_DT_FLOAT16 = 2, 1
 MEMCPY_HOST_TO_DEVICE = 1
+#: the H2D copy's bytes: about what a PCIe copy moves in its simulated ~30 us (the real 910B
+#: trace_view.json in shared/realdata copies 19267584 bytes host to device in 828 us, 23 GB/s), so
+#: its timeline bandwidth is a real one; and the runtime's per-task copy limit, which it stays under
+MEMCPY_BYTES, MEMCPY_MAX_BYTES = 640 << 10, 64 << 20
 #: stars id packing per stream (flag bit of the raw stream id, §2.0); 0 = plain ids.
 STARS_PACKING = {MAIN_STREAM: 0x1000, COMM_STREAM: 0x2000}
 #: npu_module_mem modules ([MSP] data_tag.py ModuleName): HCCL, RUNTIME, DEVMM, GE.
@@ -740,8 +747,8 @@ def _memcpy_info(chunk: Chunk, ctx: DeviceContext) -> Rows:
     columns = _header(
         RUNTIME, TYPE_MEMCPY_INFO, ctx.acl_tid, LEN_MEMCPY, ctx.host.to_host_cnt(slots.launch)
     ) | {
-        "data_size": np.full(n, 48 << 20),
-        "max_size": np.full(n, 64 << 20),
+        "data_size": np.full(n, MEMCPY_BYTES),
+        "max_size": np.full(n, MEMCPY_MAX_BYTES),
         "direction": np.full(n, MEMCPY_HOST_TO_DEVICE),
     }
     return Rows("memcpy_info", columns, slots.launch)
