@@ -371,7 +371,7 @@ def test_no_first_stage_apart_where_the_rest_reads_a_task_log_too(tmp_path: Path
     rest, _ = planner.pipeline(
         ["tasks", "steps"], received=[Feed(name, iter(()), "start_ns") for name in front]
     )
-    assert set(rest.feeds) == {*front, "task_track", "node_basic_info", "tensor_info"}
+    assert set(rest.feeds) == {*front, "task_track", "node_basic_info", "tensor_info", "memcpy_info"}
     assert planner.front(["memory_record"]) == []  # no task pairing or API events to move
 
 

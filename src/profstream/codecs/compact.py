@@ -117,6 +117,18 @@ CAPTURE_DESTROYED = 1
 STREAM_EXPANDED = 1
 #: largest memcpy direction value; a u64 at 32 in 1..7 marks the old memcpy_info layout.
 MAX_MEMCPY_DIRECTION = 7
+#: memcpy_info ``direction`` -> msprof's operation text (C++ ``MEMCPY_OPERATIONS`` of
+#: ``analysis/csrc/application/timeline/ascend_hardware_assembler.cpp``); any other value is ``other``
+MEMCPY_OPERATIONS = (
+    "host to host",
+    "host to device",
+    "device to host",
+    "device to device",
+    "managed memory",
+    "addr device to device",
+    "host to device ex",
+    "device to host ex",
+)
 RUNTIME_TRACK_TAG = 41  # MSPROF_RUNTIME_DATA_TAG_TRACK
 
 _DEVICE = bit_fields("device", Bits("device_id", 0, 12, "u2"), Bits("dev_type", 12, 4, "u1"))

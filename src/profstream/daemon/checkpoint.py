@@ -70,8 +70,9 @@ class Gap(msgspec.Struct, frozen=True):
 #: 10: the settled-launch stores at their held integer widths, validity only where a null came; 11:
 #: CommAnalysis holds each batch with its arrival; 12: Memory's open GE allocations keep the sequence
 #: number of their key's first allocation; 13: FrameworkOps' waiting ops carry their flops text,
-#: HostJoin's settled launches their kernel name and OperatorDetails the kernels of its held ops), so
-#: that another version refuses a checkpoint instead of misreading it
+#: HostJoin's settled launches their kernel name and memcpy size and operation, HostJoin holds the
+#: memcpy_info records still to match, and OperatorDetails the kernels of its held ops), so that
+#: another version refuses a checkpoint instead of misreading it
 STATE_FORMAT = 13
 
 

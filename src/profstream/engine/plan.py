@@ -10,7 +10,7 @@ tables of those devices alone, which is how devices run in separate processes.
 Graph, per device ``d`` (inputs present in the collection only):
 
     hwts|stars_soc, aicore|ffts_profile, ts_track -> DeviceTasks -> device_tasks@d
-    device_tasks@d, task_track, api, node/tensor info -> HostJoin -> tasks@d
+    device_tasks@d, task_track, api, node/tensor info, memcpy_info -> HostJoin -> tasks@d
     api, task_track, hccl_info, hccl_op_info, tasks@d -> Communication -> comm@d, comm_tasks@d
     ts_track -> Steps -> steps@d;  ops, tasks@* -> FrameworkSteps -> framework_steps@*
     tasks@d, comm@d, steps -> Overlap -> overlap@d, step_time@d
@@ -114,7 +114,7 @@ _TASK_LOGS = ("hwts", "hwts_aiv", "stars_soc")
 _PMU = ("aicore", "aiv", "ffts_profile")
 _TIMELESS_LEADER = {"aicore": "hwts", "aiv": "hwts_aiv"}
 _HBM = ("hbm", "hbm_v2")
-_HOST_FEEDS = ("api_event", "task_track", "hccl_info", "hccl_op_info", "task_memory_info")
+_HOST_FEEDS = ("api_event", "task_track", "hccl_info", "hccl_op_info", "task_memory_info", "memcpy_info")
 #: a host feed's newer family, read only when the host has no file of the feed's own family
 _NEWER_FAMILY = {"task_track": "task_track_v2"}
 #: unaging (static) and aging (dynamic) node info, merged into one time order by the feed
@@ -264,7 +264,9 @@ class Planner:
             if families & set(_TASK_LOGS) and self._has("task_track"):
                 # HostJoin's optional inputs: the api table exists where api_event records do
                 streamed = [
-                    n for n in ("api", *_STREAMED_NODE_INFO) if self._has("api_event" if n == "api" else n)
+                    n
+                    for n in ("api", *_STREAMED_NODE_INFO, "memcpy_info")
+                    if self._has("api_event" if n == "api" else n)
                 ]
                 ops += [
                     DeviceTasks(d, data_dir.metadata, families),

@@ -60,6 +60,8 @@ TASKS_BASE = _schema(
     ("launch_ns", I64),  # start of the launching API (flow start), null when unknown
     ("launch_thread_id", I64),
     ("launch_level", DICT),  # the level of that API: node or acl (operators/host_join.py)
+    ("memcpy_size", I64),  # a MEMCPY_ASYNC task's bytes from its memcpy_info; null when none matched
+    ("memcpy_operation", DICT),  # its copy direction (host to device, ...; other); null likewise
 )
 
 

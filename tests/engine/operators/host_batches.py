@@ -149,6 +149,22 @@ def tensor_info(
     )
 
 
+def memcpy_infos(rows: Sequence[tuple[int, int, int, int, int]]) -> pa.RecordBatch:
+    """memcpy_info records (thread, time, data size, max size, direction), the newer layout."""
+    thread, time, size, most, direction = (list(c) for c in zip(*rows, strict=True))
+    n = len(rows)
+    return host_batch(
+        "memcpy_info",
+        level=np.full(n, 5000, np.uint16),
+        type=np.full(n, 801, np.uint32),
+        thread_id=np.array(thread, np.uint32),
+        timestamp=np.array(time, np.uint64),
+        data_size=np.array(size, np.uint64),
+        max_size=np.array(most, np.uint64),
+        direction=np.array(direction, np.uint16),
+    )
+
+
 def hccl_infos(rows: Sequence[dict[str, int]]) -> pa.RecordBatch:
     """hccl_info records; each row gives thread_id and time and any MsprofHcclInfo fields by name."""
     names = sorted({k for r in rows for k in r})

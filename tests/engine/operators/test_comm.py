@@ -368,7 +368,15 @@ def test_snapshot_round_trip() -> None:
 
 # -- end to end on the simulator ---------------------------------------------------------------------
 
-HOST_FAMILIES = ("api_event", "task_track", "node_basic_info", "tensor_info", "hccl_info", "hccl_op_info")
+HOST_FAMILIES = (
+    "api_event",
+    "task_track",
+    "node_basic_info",
+    "tensor_info",
+    "hccl_info",
+    "hccl_op_info",
+    "memcpy_info",
+)
 
 
 def comm_pipeline(sim: Simulated, wrap: Any = None) -> Pipeline:

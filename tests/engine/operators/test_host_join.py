@@ -24,6 +24,7 @@ from profstream.engine.operators.api import (
 )
 from profstream.engine.operators.host_join import HostJoin
 from profstream.engine.runtime import DONE, Feed, Operator, Pipeline
+from profstream.simulate.records import MEMCPY_BYTES
 from tests.engine.operators.harness import Step, check_snapshot, table
 from tests.engine.operators.host_batches import (
     Recorder,
@@ -33,6 +34,7 @@ from tests.engine.operators.host_batches import (
     dictionaries,
     event_records,
     launches,
+    memcpy_infos,
     node_info,
     rows,
     tensor_info,
@@ -114,6 +116,53 @@ def test_wrapped_task_ids_join_the_latest_launch_before_the_device_start() -> No
         (3000, 0, "layer/MatMul_2", "MatMulV3", "AI_CORE", "KERNEL_AICORE"),
     ]
     assert join.counts["unjoined_tasks"] == 0
+
+
+def _acl(start: int, end: int) -> tuple[int, int, int, int, int, int]:
+    return (ACL_LEVEL, 0x50001, T, start, end, 0)
+
+
+MEMCPY_COLUMNS = ("task_id", "memcpy_size", "memcpy_operation")
+
+
+def test_a_copy_launch_takes_the_memcpy_info_of_its_thread_and_time() -> None:
+    # msprof's C++ MemcpyInfoDumper keys memcpy_info by (thread, time stamp) and looks a
+    # MEMCPY_ASYNC task_track row up by its own; direction 1 is "host to device"
+    tasks, _ = _join(
+        ("api_event", apis([_acl(100, 200)]), 0),
+        ("task_track", launches([(T, 150, 3, 7, 0, MEMCPY), (T, 160, 3, 9, 0, MEMCPY)]), 0),
+        ("memcpy_info", memcpy_infos([(T, 150, 19267584, 64 << 20, 1), (T + 1, 160, 256, 64 << 20, 1)]), 0),
+        ("device_tasks@0", device_tasks([(3, 7, 0, 1000, 1800), (3, 9, 0, 1900, 1950)]), DONE),
+    )
+    assert rows(tasks, *MEMCPY_COLUMNS) == [(7, 19267584, "host to device"), (9, None, None)]
+
+
+def test_a_copy_split_into_tasks_takes_max_size_chunks_in_batch_and_task_order() -> None:
+    # GenerateMemcpyRecordByTimestamp: the tasks of one key, ordered by (batch, task id), take
+    # max_size each of what is left, the last the rest, any further one 0 bytes and no direction;
+    # of two records of one key the last read wins; a direction above 7 is "other"
+    launched = [(T, 150, 3, task, batch, MEMCPY) for task, batch in ((12, 0), (10, 1), (11, 0), (13, 0))]
+    launched += [(T, 300, 3, 20, 0, MEMCPY), (T, 400, 3, 30, 0, MEMCPY), (T, 400, 3, 31, 0, MEMCPY)]
+    records = [(T, 150, 100, 64, 1), (T, 150, 150, 64, 6), (T, 300, 10, 20, 9), (T, 400, 500, 0, 2)]
+    device = [
+        (3, task, batch, 1000 + 10 * i, 1005 + 10 * i) for i, (_, _, _, task, batch, _) in enumerate(launched)
+    ]
+    tasks, _ = _join(
+        ("api_event", apis([_acl(100, 500)]), 0),
+        ("task_track", launches(launched), 0),
+        ("memcpy_info", memcpy_infos(records), 0),
+        ("device_tasks@0", device_tasks(device), DONE),
+    )
+    assert rows(tasks, *MEMCPY_COLUMNS) == [
+        (12, 64, "host to device ex"),
+        (10, 0, "other"),
+        (11, 64, "host to device ex"),
+        (13, 22, "host to device ex"),
+        (20, 10, "other"),
+        # an old-layout record (no max_size): its first task copies all of it (module docstring)
+        (30, 500, "device to host"),
+        (31, 0, "other"),
+    ]
 
 
 def test_a_device_task_never_joins_a_launch_at_or_after_its_start() -> None:
@@ -338,12 +387,17 @@ def test_state_stays_bounded_to_one_launch_per_task_id() -> None:
 
 def test_snapshot_round_trip() -> None:
     steps: list[Step] = [
-        ("task_track", launches([(T, 150, 2, 5, 0, AIVEC), (T, 1050, 2, 5, 0, AICORE)]), 0),
+        (
+            "task_track",
+            launches([(T, 150, 2, 5, 0, AIVEC), (T, 1050, 2, 5, 0, AICORE), (T, 1300, 2, 9, 0, MEMCPY)]),
+            0,
+        ),
         *_api_steps([_node(100, 200, OP_A), _node(1000, 1100, OP_B)], 120),
         ("node_basic_info", node_info([(T, 200, OP_A, 2, TYPE_ADD)], aging=False), 300),
         ("tensor_info", tensor_info([(T, 200, OP_A, [(0, 2, 0, 1, [4, 4])])]), 400),
         ("device_tasks@0", device_tasks([(2, 5, 0, 500, 600)]), 700),
         ("node_basic_info", node_info([(T, 1100, OP_B, 0, TYPE_MM)]), 1200),
+        ("memcpy_info", memcpy_infos([(T, 1300, 4096, 1 << 20, 1)]), 1250),
         ("device_tasks@0", device_tasks([(2, 5, 0, 1500, 1600), (2, 9, 0, 1700, 1800)]), 2000),
     ]
     for cut in range(1, len(steps)):
@@ -359,7 +413,7 @@ def _api_steps(records: list[tuple[int, int, int, int, int, int]], watermark: in
 
 # -- end to end on the simulator ---------------------------------------------------------------------
 
-HOST_FAMILIES = ("api_event", "task_track", "node_basic_info", "tensor_info")
+HOST_FAMILIES = ("api_event", "task_track", "node_basic_info", "tensor_info", "memcpy_info")
 
 
 def host_join_pipeline(
@@ -405,7 +459,16 @@ def test_every_simulated_task_gets_the_op_the_truth_says(simulated: Simulated) -
     for name in ("device_id", "stream_id", "task_id", "batch_id", "start_ns"):
         assert tasks[name].to_pylist() == truth[name].to_pylist()
     got = {
-        n: tasks[n].to_pylist() for n in (*HOST, "op_state", "model_id", "input_formats", "output_data_types")
+        n: tasks[n].to_pylist()
+        for n in (
+            *HOST,
+            "op_state",
+            "model_id",
+            "input_formats",
+            "output_data_types",
+            "memcpy_size",
+            "memcpy_operation",
+        )
     }
     want = {
         n: truth[n].cast(pa.string()).to_pylist()
@@ -430,6 +493,10 @@ def test_every_simulated_task_gets_the_op_the_truth_says(simulated: Simulated) -
             )
         else:  # the H2D copy: launched by aclrtMemcpyAsync outside any node API, so it has no op name
             assert (got["op_name"][i], got["task_type"][i]) == (None, None)
+            # its API's memcpy_info, at its task_track's thread and time, gives it all its bytes
+            assert (got["memcpy_size"][i], got["memcpy_operation"][i]) == (MEMCPY_BYTES, "host to device")
+        if category != "other":  # the simulated runtime reports no memcpy_info for HCCL's copies
+            assert (got["memcpy_size"][i], got["memcpy_operation"][i]) == (None, None)
     assert set(got["model_id"]) == {1}  # every launch lies inside the ModelExecute event pair
     for join in _joins(pipeline):
         assert join.counts == {

@@ -70,9 +70,22 @@ of those APIs (or not yet placed), undescribed launches, described launches (per
 the newest older than the join point, so at most one per task id), and device tasks waiting for
 their launches. Unaging node info can be given up front (``node_info``, ``tensor_info``): the feeds
 deliver unaging slices before aging ones, so streaming both would break time order; such tables are
-held until their APIs pass. Not used: ``memcpy_info`` (the tasks table has no size column) and
-``context_id_info`` (the device side already gives the context ids; every context of a task gets the
-launch's op).
+held until their APIs pass. Not used: ``context_id_info`` (the device side already gives the context
+ids; every context of a task gets the launch's op).
+
+**Memcpy sizes** (``memcpy_info``, streamed): the runtime reports one record per copy API, on the
+API's thread at the time stamp of the task_track of the MEMCPY_ASYNC task(s) it launched. A
+MEMCPY_ASYNC launch takes the record of its exact (thread, time), the last one read when several
+share it (msprof's C++ ``MemcpyInfoDumper::GenerateData`` in
+``analysis/csrc/domain/services/persistence/host/memcpy_info_dumper.cpp`` keys them so in a map). A
+copy larger than the record's ``max_size`` runs as several tasks of one key: in (batch, task id)
+order each takes ``max_size`` bytes of what is left, the last one the rest, any further one 0 bytes
+(``GenerateMemcpyRecordByTimestamp``). ``memcpy_operation`` names the direction
+(:data:`~profstream.codecs.compact.MEMCPY_OPERATIONS`), ``other`` for a value above 7 or a task
+left 0 bytes. A launch with no record gets nulls; the timeline prints those as msprof does
+(:mod:`~profstream.engine.layouts.timeline`). Choice: a record of the old layout has no
+``max_size`` (0, :mod:`~profstream.codecs.compact`); its first task takes the whole size, as the
+old runtime reported one task per copy (msprof's C++ reads the new layout only).
 """
 
 from __future__ import annotations
@@ -85,7 +98,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream.codecs.additional import MAX_TENSORS, SHAPE_DIMS, TENSOR_INPUT, TENSOR_OUTPUT
-from profstream.codecs.compact import GE_TASK_TYPES
+from profstream.codecs.compact import GE_TASK_TYPES, MAX_MEMCPY_DIRECTION, MEMCPY_OPERATIONS
 from profstream.engine import schema
 from profstream.engine.operators import pmu
 from profstream.engine.operators.api import (
@@ -170,7 +183,11 @@ TENSOR_COLUMNS = (
     "output_data_types",
     "output_formats",
 )
-OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info")
+OPTIONAL_INPUTS = ("api", "node_basic_info", "tensor_info", "memcpy_info")
+#: the runtime task type of a copy, whose launch takes a memcpy_info record
+MEMCPY_ASYNC = "MEMCPY_ASYNC"
+#: the operation of a copy task whose direction is not known (C++ ``OTHER_DIRECTION``)
+OTHER_OPERATION = "other"
 #: the levels of the host tree, as small codes in the API state
 TREE_LEVELS = (NODE_LEVEL, COMMUNICATION_LEVEL, MODEL_LEVEL, ACL_LEVEL)
 
@@ -211,6 +228,16 @@ _BASIC = pa.schema(
         ("aging", pa.bool_()),
     ]
 )
+#: memcpy_info records not yet past (module docstring), in reading order
+_MEMCPY = pa.schema(
+    [
+        ("thread_id", I64T),
+        ("time_ns", I64T),
+        ("data_size", I64T),
+        ("max_size", I64T),
+        ("direction", I64T),
+    ]
+)
 #: one row per tensor, its text already formatted
 _TENSORS = pa.schema(
     [
@@ -240,6 +267,8 @@ HOST_COLUMNS = (
     "launch_ns",
     "launch_thread_id",
     "launch_level",
+    "memcpy_size",
+    "memcpy_operation",
 )
 _DESCRIBED = pa.schema(
     [
@@ -256,6 +285,8 @@ _DESCRIBED = pa.schema(
         ("launch_ns", I64T),
         ("launch_thread_id", I64T),
         ("launch_level", STR),
+        ("memcpy_size", I64T),
+        ("memcpy_operation", STR),
     ]
 )
 
@@ -461,6 +492,7 @@ class HostJoin(Operator):
         self._apis = ApiTree(TREE_LEVELS)
         self._basic = empty(_BASIC)
         self._tensors = empty(_TENSORS)
+        self._memcpy = empty(_MEMCPY)
         self._api_done = np.iinfo(np.int64).min if "api" in streamed else DONE
         self._seq = 0
         self._evicted_at = (START, START)
@@ -486,6 +518,8 @@ class HostJoin(Operator):
         elif stream == "tensor_info":
             self._tensors = append(self._tensors, tensor_rows(batch, self._seq))
             self._seq += batch.num_rows * 5
+        elif stream == "memcpy_info":
+            self._add_memcpy(batch)
         else:
             msg = f"HostJoin has no input {stream!r}"
             raise ValueError(msg)
@@ -495,6 +529,13 @@ class HostJoin(Operator):
         columns = {name: rows.column(name) for name in _LAUNCHES.names if name != "kernel_name_hash"}
         columns["kernel_name_hash"] = pa.array(_optional(rows, "kernel_name_hash", np.uint64, 0))
         self._launches = append(self._launches, pa.table(columns))
+
+    def _add_memcpy(self, batch: pa.RecordBatch) -> None:
+        top = np.iinfo(np.int64).max  # sizes are u64 in the record; none real comes near 2**63
+        columns = {name: batch.column(name) for name in ("thread_id", "time_ns", "direction")}
+        for name in ("data_size", "max_size"):
+            columns[name] = pa.array(np.minimum(column(batch, name, np.uint64), top).astype(np.int64))
+        self._memcpy = append(self._memcpy, pa.table(columns))
 
     def _add_basic(self, batch: pa.RecordBatch) -> None:
         columns = {name: batch.column(name) for name in _BASIC.names if name not in ("seq", "aging")}
@@ -642,10 +683,55 @@ class HostJoin(Operator):
             "launch_ns": pa.array(gather(starts, launch_api), mask=missing),
             "launch_thread_id": pa.array(threads),
             "launch_level": pick((node >= 0, "node"), (acl >= 0, "acl")),
+            **self._memcpy_shares(launches, flag(pc.equal(host_type, MEMCPY_ASYNC))),
         }
         for name in TENSOR_COLUMNS:
             columns[name] = pc.if_else(pa.array(compute | in_hccl), tensors[name], pa.scalar(None, STR))
         return pa.table(columns).select(_DESCRIBED.names).cast(_DESCRIBED)
+
+    def _memcpy_shares(self, launches: pa.Table, copies: npt.NDArray[np.bool_]) -> dict[str, pa.Array]:
+        """``memcpy_size`` and ``memcpy_operation`` of each launch: a copy task's share of the
+        memcpy_info record of its (thread, time) (module docstring); null without one."""
+        n, records = launches.num_rows, self._memcpy
+        threads, times = column(launches, "thread_id"), column(launches, "time_ns")
+        keys = dense_ids(
+            np.r_[column(records, "thread_id"), threads], np.r_[column(records, "time_ns"), times]
+        )
+        record_key, launch_key = keys[: records.num_rows], keys[records.num_rows :]
+        last = last_index(record_key, int(keys.max(initial=-1)) + 1)  # the last record read of a key
+        record = np.where(copies, gather(last, launch_key), -1)
+        found = np.flatnonzero(record >= 0)
+        size = np.zeros(n, np.int64)
+        direction = np.full(n, -1, np.int64)
+        if len(found):
+            # the k-th task of a key, in (batch, task id) order, copies after k max_size chunks
+            order = found[
+                np.lexsort(
+                    (
+                        column(launches, "task_id")[found],
+                        column(launches, "batch_id")[found],
+                        launch_key[found],
+                    )
+                )
+            ]
+            group = launch_key[order]
+            first = np.r_[True, group[1:] != group[:-1]]
+            rank = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+            chosen = record[order]
+            total = column(records, "data_size")[chosen]
+            chunk = column(records, "max_size")[chosen]
+            whole = chunk <= 0  # an old-layout record: one task copies it all
+            left = np.where(whole, np.where(rank == 0, total, 0), total - rank * chunk)
+            size[order] = np.where(whole, left, np.clip(left, 0, chunk))
+            kind = column(records, "direction")[chosen]
+            direction[order] = np.where(
+                (left > 0) & (kind <= MAX_MEMCPY_DIRECTION), kind, len(MEMCPY_OPERATIONS)
+            )
+        missing = record < 0
+        return {
+            "memcpy_size": pa.array(size, mask=missing),
+            "memcpy_operation": encode([*MEMCPY_OPERATIONS, OTHER_OPERATION], direction),
+        }
 
     def _node_records(self, node: I64, wanted: npt.NDArray[np.bool_]) -> I64:
         """The node_basic_info row describing each launch's node API (the last non-FFTS_PLUS one), or -1."""
@@ -753,6 +839,8 @@ class HostJoin(Operator):
         cutoff = min(located, int(pending.min())) if len(pending) else located
         self._basic = self._keep_records(self._basic, cutoff, located, "node_info_outside_apis")
         self._tensors = self._keep_records(self._tensors, cutoff, located, "tensor_info_outside_apis")
+        if self._memcpy.num_rows:  # a record shares its launches' time: none before cutoff is wanted
+            self._memcpy = self._memcpy.filter(pa.array(column(self._memcpy, "time_ns") >= cutoff))
         self._apis.keep_ending_after(cutoff)
 
     def _keep_records(self, rows: pa.Table, cutoff: int, located: int, counter: str) -> pa.Table:
@@ -780,6 +868,7 @@ class HostJoin(Operator):
                 "apis": frozen(self._apis.rows),
                 "basic": frozen(self._basic),
                 "tensors": frozen(self._tensors),
+                "memcpy": frozen(self._memcpy),
                 "api_done": self._api_done,
                 "seq": self._seq,
                 "evicted_at": list(self._evicted_at),
@@ -796,6 +885,7 @@ class HostJoin(Operator):
         self._apis = ApiTree(TREE_LEVELS, thawed(doc["apis"], API_STATE))
         self._basic = thawed(doc["basic"], _BASIC)
         self._tensors = thawed(doc["tensors"], _TENSORS)
+        self._memcpy = thawed(doc["memcpy"], _MEMCPY)
         self._api_done = int(doc["api_done"])
         self._seq = int(doc["seq"])
         self._evicted_at = (int(doc["evicted_at"][0]), int(doc["evicted_at"][1]))

@@ -29,11 +29,11 @@ import pyarrow.compute as pc
 from profstream.engine.kernels._dispatch import NULL, Int64Array
 from profstream.engine.operators._state import find, ints
 from profstream.engine.operators.api import dense_ids
+from profstream.engine.operators.host_join import MEMCPY_ASYNC
 from profstream.engine.operators.statistics import sub_task_parents
 
 #: GE task types of HCCL tasks (the host join gives them their communication op's name)
 HCCL_TASK_TYPES = ("HCCL", "HCCL_AI_CPU")
-MEMCPY_ASYNC = "MEMCPY_ASYNC"
 
 
 def _launched(rows: pa.RecordBatch) -> pa.Array:
