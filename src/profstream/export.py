@@ -359,6 +359,7 @@ def layout_context(
         csv_slice_rows=csv_slice_rows,
         collection_start_ns=collection.collection_starts_ns,
         l2_cache=any(d.stream("l2_cache") is not None for d in collection.devices),
+        memcpy_info=planner.feedset.has(collection.host, "memcpy_info"),
         logic_streams=logic_streams(planner.feedset.table(collection.host, "logic_stream_info")),
         hwts_mhz={
             d.device_id: d.metadata.device_info.hwts_mhz

@@ -933,6 +933,69 @@ def test_ascend_hardware_names_and_types_hccl_tasks_as_msprofs_compute_task_info
     )  # the table keeps its types
 
 
+def test_ascend_hardware_writes_each_copy_tasks_size_bandwidth_and_operation(tmp_path: Path) -> None:
+    """A MEMCPY_ASYNC task adds ``size(B)``, ``bandwidth(GB/s)`` (its bytes over its duration in ns,
+    0.0 for no duration) and ``operation`` after ``connection_id`` (C++
+    ``AscendHardwareAssembler::GenerateMemcpyAsyncTrace``, ``MemcpyAsyncEvent::ProcessArgs``): on every
+    copy task when the host recorded memcpy_info, one without a record as 0 bytes ``other``; without
+    memcpy_info none, as msprof then has no MemcpyInfo table. Other tasks carry none."""
+    n = 4
+    tasks = schema.conform(
+        schema.tasks_schema(()),
+        {
+            "device_id": pa.array([0] * n, pa.int32()),
+            "stream_id": pa.array([2] * n, pa.int32()),
+            "task_id": pa.array([1, 2, 3, 4], pa.int32()),
+            "batch_id": pa.array([0] * n, pa.int32()),
+            "context_id": [NO_ID] * n,
+            "start_ns": [1000, 900000, 950000, 960000],
+            "end_ns": [829337, 902520, 950000, 961000],
+            "op_name": [None, None, None, "MatMul"],
+            "host_task_type": ["MEMCPY_ASYNC"] * 3 + ["KERNEL_AICORE"],
+            "device_task_type": ["PCIE_DMA_SQE"] * 3 + ["AI_CORE"],
+            "connection_id": [11, 12, 13, 14],
+            "memcpy_size": [19267584, None, 256, None],
+            "memcpy_operation": ["host to device", None, "host to device ex", None],
+        },
+    )
+
+    def copy_args(context: Context) -> list[list[tuple[str, object]]]:
+        [complete] = [
+            e for e in AscendHardware(context, Processes()).events(tasks) if isinstance(e, CompleteEvents)
+        ]
+        names = list(complete.args)[-4:]
+        values = [pa.array(complete.args[name]).to_pylist() for name in names]
+        return [[(k, v[i]) for k, v in zip(names, values, strict=True) if v[i] is not None] for i in range(n)]
+
+    recorded = replace(_context(tmp_path), memcpy_info=True)
+    assert copy_args(recorded) == [
+        [
+            ("connection_id", 11),
+            ("size(B)", 19267584),
+            ("bandwidth(GB/s)", 19267584 / 828337),
+            ("operation", "host to device"),
+        ],
+        [("connection_id", 12), ("size(B)", 0), ("bandwidth(GB/s)", 0.0), ("operation", "other")],
+        [
+            ("connection_id", 13),
+            ("size(B)", 256),
+            ("bandwidth(GB/s)", 0.0),
+            ("operation", "host to device ex"),
+        ],
+        [("connection_id", 14)],
+    ]
+    assert copy_args(_context(tmp_path))[1:] == [
+        [("connection_id", 12)],
+        [
+            ("connection_id", 13),
+            ("size(B)", 256),
+            ("bandwidth(GB/s)", 0.0),
+            ("operation", "host to device ex"),
+        ],
+        [("connection_id", 14)],
+    ]
+
+
 def _logic_stream_info(records: list[tuple[int, list[int]]]) -> pa.Table:
     """``logic_stream_info`` records (logic stream, its physical streams) through the codec's bytes."""
     codec = get_codec("logic_stream_info")

@@ -69,6 +69,8 @@ class Context:
     #: per device, its start_info ``clockMonotonicRaw`` (host ns): msprof leaves out what ran before it
     collection_start_ns: Mapping[int, int] = field(default_factory=dict)
     l2_cache: bool = False  #: some device recorded L2 cache counters (``l2_cache.data``)
+    #: the host recorded memcpy_info: every MEMCPY_ASYNC task of the timeline prints its copy args
+    memcpy_info: bool = False
     #: physical stream id -> GE logic stream id (host ``logic_stream_info``; empty without it)
     logic_streams: Mapping[int, int] = field(default_factory=dict)
     #: per device, its info.json ``hwts_frequency`` (MHz, exact): msprof's Python prints step-trace

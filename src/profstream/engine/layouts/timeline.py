@@ -41,9 +41,17 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
   msprof's Python also leaves every stream unmapped when the largest mapped physical id is 0 or
   above ``NumberConstant.DEFAULT_STREAM_ID``, which the C++ path, followed here, does not.
 * Ascend Hardware: a MEMCPY_ASYNC task is named ``MEMCPY_ASYNC`` with its device task type as
-  ``Task Type``, whatever op launched it (C++ ``GenerateMemcpyAsyncTrace``); its ``size(B)``,
-  ``bandwidth(GB/s)`` and ``operation`` args (from memcpy_info, which the tasks table does not carry)
-  are not written.
+  ``Task Type``, whatever op launched it, and adds, after ``connection_id``, ``size(B)`` (its bytes,
+  an integer), ``bandwidth(GB/s)`` (bytes per ns of its duration, a float, unrounded; 0.0 for a task
+  of no duration) and ``operation`` (the copy direction) (current C++
+  ``AscendHardwareAssembler::GenerateMemcpyAsyncTrace``, ``MemcpyAsyncEvent::ProcessArgs``; the
+  sizes come from memcpy_info through the host join, :mod:`~profstream.engine.operators.host_join`).
+  msprof writes them on every MEMCPY_ASYNC task once the host recorded any memcpy_info (a task
+  without a record: ``0``, ``0.0``, ``other``) and on none otherwise (:func:`memcpy_args`). The
+  msprof Python timeline (``TaskTimeViewer.format_task_scheduler``) writes none. The CANN 8.0-era
+  trace_view.json files in shared/realdata name them ``data size(Byte)`` and ``memcpy direction``
+  and write no bandwidth; we follow the current names. Our duration is whole ns where msprof's
+  keeps the fraction of its syscnt conversion, so a bandwidth may differ in its last digits.
 * Communication: an HCCL task's ``notify_id`` is decimal text (C++ ``CommunicationTaskData.notifyId``
   is a string), the comm table's null (an all-ones id) as ``18446744073709551615``, as the real
   trace_view.json files in shared/realdata print it.
@@ -95,12 +103,8 @@ from profstream.engine.layouts._outputs import (
     after_collection_start,
     split_by,
 )
-from profstream.engine.operators.launches import (
-    HCCL_TASK_TYPES,
-    MEMCPY_ASYNC,
-    op_flow_ends,
-    task_flow_ends,
-)
+from profstream.engine.operators.host_join import MEMCPY_ASYNC, OTHER_OPERATION
+from profstream.engine.operators.launches import HCCL_TASK_TYPES, op_flow_ends, task_flow_ends
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents, MetadataEvents
 from profstream.sinks.chrome_trace import Events
@@ -353,6 +357,7 @@ class AscendHardware(_Layer):
                 "Batch Id": rows.column("batch_id"),
                 "Subtask Id": rows.column("context_id"),
                 "connection_id": rows.column("connection_id"),
+                **memcpy_args(self.context, rows, memcpy),
             },
         )
         flows = rows.filter(task_flow_ends(rows))
@@ -377,6 +382,24 @@ class AscendHardware(_Layer):
             memcpy.column("launch_thread_id"),
             memcpy.column("launch_ns"),
         )
+
+
+def memcpy_args(context: Context, rows: pa.RecordBatch, memcpy: pa.Array) -> dict[str, pa.Array]:
+    """The copy args of the MEMCPY_ASYNC tasks among ``rows`` (null, so left out, elsewhere): on
+    each of them when the host recorded memcpy_info, a task without a record as ``0`` bytes in an
+    ``other`` direction (module docstring)."""
+    size = rows.column("memcpy_size")
+    shown = pc.and_(memcpy, pc.or_(pa.scalar(context.memcpy_info), pc.is_valid(size)))
+    size = pc.if_else(shown, pc.coalesce(size, 0), None)
+    span = duration(rows)
+    per_ns = pc.divide(pc.cast(size, pa.float64()), pc.cast(span, pa.float64()))
+    bandwidth = pc.if_else(pc.greater(span, 0), per_ns, pc.if_else(shown, 0.0, None))
+    operation = pc.coalesce(text(rows.column("memcpy_operation")), OTHER_OPERATION)
+    return {
+        "size(B)": size,
+        "bandwidth(GB/s)": bandwidth,
+        "operation": pc.if_else(shown, operation, None),
+    }
 
 
 def _flow_names(connection_id: pa.Array) -> tuple[pa.Array, pa.Array]:
