@@ -693,13 +693,17 @@ class HostJoin(Operator):
         """``memcpy_size`` and ``memcpy_operation`` of each launch: a copy task's share of the
         memcpy_info record of its (thread, time) (module docstring); null without one."""
         n, records = launches.num_rows, self._memcpy
-        threads, times = column(launches, "thread_id"), column(launches, "time_ns")
-        keys = dense_ids(
-            np.r_[column(records, "thread_id"), threads], np.r_[column(records, "time_ns"), times]
-        )
-        record_key, launch_key = keys[: records.num_rows], keys[records.num_rows :]
-        last = last_index(record_key, int(keys.max(initial=-1)) + 1)  # the last record read of a key
-        record = np.where(copies, gather(last, launch_key), -1)
+        record = np.full(n, -1, np.int64)
+        launch_key = np.full(n, -1, np.int64)
+        at = np.flatnonzero(copies)  # only copies look for a record
+        if len(at) and records.num_rows:
+            keys = dense_ids(
+                np.r_[column(records, "thread_id"), column(launches, "thread_id")[at]],
+                np.r_[column(records, "time_ns"), column(launches, "time_ns")[at]],
+            )
+            record_key, launch_key[at] = keys[: records.num_rows], keys[records.num_rows :]
+            last = last_index(record_key, int(keys.max(initial=-1)) + 1)  # the last record read of a key
+            record[at] = gather(last, launch_key[at])
         found = np.flatnonzero(record >= 0)
         size = np.zeros(n, np.int64)
         direction = np.full(n, -1, np.int64)
