@@ -49,6 +49,7 @@ from profstream.engine.layouts.timeline import (
 )
 from profstream.engine.layouts.torch_npu import _steps_of
 from profstream.engine.layouts.torch_npu import summary_outputs as torch_npu_summary
+from profstream.engine.operators.launches import kernel_rows
 from profstream.engine.schema import NO_ID
 from profstream.export import layout_context
 from profstream.simulate import SimulationConfig, simulate
@@ -863,6 +864,67 @@ def test_host_to_device_flows_start_once_per_launching_api(tmp_path: Path) -> No
     assert sorted(starts) == sorted([*node_starts, (str(4 << 32), 7, 500)])
     pruned = _flows(list(PrunedCann(context, Processes()).events(api)), "s")
     assert sorted(pruned) == sorted(node_starts)
+
+
+def test_host_to_device_flows_end_on_hccl_kernels_not_on_torch_npu_kernels(tmp_path: Path) -> None:
+    """msprof's C++ Ascend Hardware ends a flow on every task its compute-task info has a row of
+    (``GenerateTaskConnectionTrace`` looks the task up in ``opName_``, read from ge_info ``TaskInfo``),
+    and that info has the kernels of a communication op (``TreeAnalyzer::IsComputeTask``: ``KERNEL*``,
+    ``STARS_COMMON``; ``UpdateComputeDescForHcclSituation`` names them after the op and types a
+    ``KERNEL_AICPU`` one ``HCCL_AI_CPU``; ``CANNTraceDBDumper::DumpOpDesc`` writes them), not its
+    notify or FFTS+ tasks. So of an hcom op launched by node API 5, the AI CPU and the vector kernel
+    get an ``f`` and the notify wait and the FFTS+ context do not, its copy gets one as every
+    MEMCPY_ASYNC task does; a kernel of an HCCL-typed op outside a communication API (node API 6)
+    gets one too. torch_npu's kernels leave the HCCL kernels out (its ``combine_acl_to_npu`` keeps one
+    ``f`` per flow id, and the op's is its communication op's), that one too (a choice)."""
+    hcom = "hcom_allReduce__586_0_1"
+    n = 7
+    tasks = schema.conform(
+        schema.tasks_schema(()),
+        {
+            "device_id": pa.array([0] * n, pa.int32()),
+            "stream_id": pa.array([4] * n, pa.int32()),
+            "task_id": pa.array([1, 2, 3, 4, 5, 6, 7], pa.int32()),
+            "batch_id": pa.array([0] * n, pa.int32()),
+            "context_id": [NO_ID, NO_ID, NO_ID, 0, NO_ID, NO_ID, NO_ID],
+            "start_ns": [1000, 2000, 3000, 4000, 5000, 6000, 7000],
+            "end_ns": [1500, 2500, 3500, 4500, 5500, 6500, 7500],
+            "op_name": [hcom] * 4 + ["allreduce_tbe", "MatMul", hcom],
+            "task_type": ["HCCL_AI_CPU", "HCCL", "HCCL", "HCCL", "HCCL", "AI_CORE", "HCCL"],
+            "host_task_type": [
+                "KERNEL_AICPU",
+                "KERNEL_AIVEC",
+                "NOTIFY_WAIT",
+                "FFTS_PLUS",
+                "KERNEL_AICORE",
+                "KERNEL_AICORE",
+                "MEMCPY_ASYNC",
+            ],
+            "device_task_type": [
+                "AI_CPU",
+                "AI_VECTOR_CORE",
+                "NOTIFY_WAIT",
+                "Notify Wait",
+                "AI_CORE",
+                "AI_CORE",
+                "SDMA",
+            ],
+            "connection_id": [5, 5, 5, 5, 6, 7, 5],
+            "launch_ns": [700, 700, 700, 700, 800, 900, 700],
+            "launch_thread_id": [7] * n,
+            "launch_level": ["node"] * n,
+        },
+    )
+    ends = _flows(list(AscendHardware(_context(tmp_path), Processes()).events(tasks)), "f")
+    assert sorted((i, t) for i, _, t in ends) == [
+        (str(5 << 32), 1000),
+        (str(5 << 32), 2000),
+        (str(5 << 32), 7000),
+        (str(6 << 32), 5000),
+        (str(7 << 32), 6000),
+    ]
+    kernels, _ = kernel_rows(tasks, ops=False)
+    assert kernels.column("start_ns").to_pylist() == [6000, 7000]
 
 
 def test_ascend_hardware_names_and_types_hccl_tasks_as_msprofs_compute_task_info(tmp_path: Path) -> None:

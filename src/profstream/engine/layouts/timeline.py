@@ -23,12 +23,12 @@ uses the CANN-side ones, torch_npu's ``trace_view.json`` adds the framework ones
 * Ascend Hardware: an HCCL task that is no kernel (notify, copy, reduce or event task, or an FFTS+
   task and its contexts, of a communication op) is named and typed by :func:`default_task_type`, not
   by its op: msprof's compute-task info, where the timeline looks up op names and GE types, has only
-  kernels (:func:`hccl_non_kernels`). Both msprof paths agree, and so do the real files in
-  shared/realdata: the 2023 910 timeline (``NOTIFY_WAIT``, ``NOTIFY_RECORD``, ``REDUCE_ASYNC_V2``
-  named and typed so) and the 910B trace_view.json (FFTS+ contexts ``Notify Wait``, ``Write Value``,
-  ``SDMA``). The tasks table keeps the op's name and ``HCCL`` for them (op_summary, the
-  Communication layer and the statistics read it). An HCCL kernel is drawn with its op's name,
-  typed ``COMMUNICATION`` (``HCCL_AI_CPU`` on an AI CPU).
+  kernels (:func:`~profstream.engine.operators.launches.hccl_non_kernels`). Both msprof paths agree,
+  and so do the real files in shared/realdata: the 2023 910 timeline (``NOTIFY_WAIT``,
+  ``NOTIFY_RECORD``, ``REDUCE_ASYNC_V2`` named and typed so) and the 910B trace_view.json (FFTS+
+  contexts ``Notify Wait``, ``Write Value``, ``SDMA``). The tasks table keeps the op's name and
+  ``HCCL`` for them (op_summary, the Communication layer and the statistics read it). An HCCL kernel
+  is drawn with its op's name, typed ``COMMUNICATION`` (``HCCL_AI_CPU`` on an AI CPU).
 * Ascend Hardware threads are GE logic streams: a task's ``tid`` (its thread's name ``Stream {tid}``
   and sort index, its HostToDevice flow end) is the logic stream the host's ``logic_stream_info``
   gives its physical stream, else the stream id; ``Physic Stream Id`` stays physical (C++
@@ -75,8 +75,10 @@ of the ``training_trace`` table (``StepTraceViewer.get_step_trace_timeline``,
 Its duration args are msprof's Python floats of the syscnt ticks (:func:`syscnt_us`); an FP_BP or
 refresh of 0 ticks prints ``0.0`` where msprof's Python prints ``N/A``, and ``dur`` stays the ns span.
 HostToDevice flows end where msprof's C++ ends them (:mod:`~profstream.engine.operators.launches`): on
-a task with an op name (not an HCCL task), on every MEMCPY_ASYNC task, and on each communication op at
-its start on its group thread. torch_npu's ``async_npu`` flows end on the same events. They start where
+a task with an op name that is not an HCCL task other than a kernel (an HCCL kernel's flow, its
+communication op's, ends on it too), on every MEMCPY_ASYNC task, and on each communication op at its
+start on its group thread. torch_npu's ``async_npu`` flows end on the same events but HCCL kernels
+(:func:`~profstream.engine.operators.launches.kernel_rows`). They start where
 ``CannAssembler``'s ``GenerateConnectionTrace`` starts them, once per API record: at every node-level
 API, whether or not a task of it was seen (the CANN layer draws these), and at the ACL API that
 launched a MEMCPY_ASYNC task outside any node API (Ascend Hardware draws these, one per connection id
@@ -104,7 +106,12 @@ from profstream.engine.layouts._outputs import (
     split_by,
 )
 from profstream.engine.operators.host_join import MEMCPY_ASYNC, OTHER_OPERATION
-from profstream.engine.operators.launches import HCCL_TASK_TYPES, op_flow_ends, task_flow_ends
+from profstream.engine.operators.launches import (
+    hccl_non_kernels,
+    kernel_launches,
+    op_flow_ends,
+    task_flow_ends,
+)
 from profstream.engine.operators.statistics import sub_task_parents
 from profstream.sinks import CompleteEvents, CounterEvents, FlowEvents, MetadataEvents
 from profstream.sinks.chrome_trace import Events
@@ -160,31 +167,14 @@ def default_task_type(rows: pa.RecordBatch) -> pa.Array:
     return pc.if_else(by_device, device, host)
 
 
-def kernel_launches(rows: pa.RecordBatch) -> pa.Array:
-    """Which tasks were launched as kernels: runtime type ``KERNEL*`` or ``STARS_COMMON`` (msprof's
-    C++ ``TreeAnalyzer::IsComputeTask``, Python ``TaskGear.is_kernel_task``, which also count an
-    ``FFTS_PLUS`` task, but not inside a communication API, where this is asked)."""
-    host = text(rows.column("host_task_type"))
-    return pc.or_(pc.starts_with(host, "KERNEL"), pc.equal(host, "STARS_COMMON")).fill_null(False)
-
-
-def hccl_non_kernels(rows: pa.RecordBatch) -> pa.Array:
-    """HCCL tasks that are no kernel: the notify, copy, reduce and event tasks of a communication op,
-    and the FFTS+ tasks (with their contexts) it launches. msprof's compute-task info, where its
-    timeline and task_time look up a task's op name and GE task type, has no row of them (C++
-    ``IsComputeTask`` feeds ``computeTasks_``, which ``CANNTraceDBDumper::DumpOpDesc`` writes to
-    ge_info ``TaskInfo``; Python ``TaskGear`` appends ``task_info`` only in ``add_kernel_task``)."""
-    hccl = pc.is_in(text(rows.column("task_type")), value_set=pa.array(HCCL_TASK_TYPES)).fill_null(False)
-    return pc.and_(hccl, pc.invert(kernel_launches(rows)))
-
-
 def stored_task_type(rows: pa.RecordBatch) -> pa.Array:
     """The GE task type msprof's compute-task info holds for each task, null without one (then
     msprof prints :func:`default_task_type`). The tasks table's ``HCCL`` is GE type 9, which both
     paths store as ``COMMUNICATION`` (C++ ``NumberMapping`` ``geTaskTypeMap``, also for the HCCL
     kernels ``UpdateComputeDescForHcclSituation`` retypes; Python
     ``TaskGear.get_truth_task_type_for_kernel_hccl_task``), and only for a kernel
-    (:func:`hccl_non_kernels`); ``HCCL_AI_CPU`` (an AI CPU kernel) is stored as it is."""
+    (:func:`~profstream.engine.operators.launches.hccl_non_kernels`); ``HCCL_AI_CPU`` (an AI CPU
+    kernel) is stored as it is."""
     task_type = text(rows.column("task_type"))
     hccl = pc.equal(task_type, "HCCL").fill_null(False)
     return pc.if_else(

@@ -3,8 +3,14 @@
 msprof's C++ timeline ends a HostToDevice flow (msprof_outputs.md §3.7; ``AscendHardwareAssembler::
 GenerateTaskConnectionTrace``, ``GenerateMemcpyAsyncConnectionTrace``, the hccl assembler) on
 
-* a device task with an op name from its compute-task info that is not an HCCL task (HCCL tasks carry
-  their communication op's name; their op's flow ends on the Communication layer instead);
+* a device task with a row in the compute-task info (ge_info ``TaskInfo``, where the assembler looks
+  up op names): a task with an op name that is not an HCCL task other than a kernel
+  (:func:`hccl_non_kernels`). An HCCL kernel, a ``KERNEL*`` or ``STARS_COMMON`` launch inside a
+  communication API, has a row (``TreeAnalyzer::IsComputeTask`` counts it,
+  ``UpdateComputeDescForHcclSituation`` names it after its communication op,
+  ``CANNTraceDBDumper::DumpOpDesc`` writes it), so its flow ends on it as well as on its op; the
+  Python path agrees (``HostToDevice.add_task_connection_data`` ends a flow on every task whose
+  stream, task and batch ids the ``TaskInfo`` table has);
 * every MEMCPY_ASYNC task;
 * each communication op, at its start on its group's thread;
 
@@ -12,12 +18,22 @@ always from a launching API with a connection id. Only drawn rows can be flow en
 task's whole-task row, which the timeline leaves out for its sub-task rows
 (:func:`~profstream.engine.operators.statistics.sub_task_parents`), is not one.
 
-torch_npu takes an op's kernels from exactly these ends (``CANNFileParser`` reads the flows of msprof's
-json; ``FwkCANNRelationParser`` links them to torch ops), so the framework operators select their
-kernels with the same two functions the msprof timeline draws the flows with (:func:`kernel_rows`),
-and find the kernel an ``async_npu`` flow ends on with :func:`claim_kernels`. Flows to ACL
-record/wait-event tasks (C++ ``aclEvent_``) are not drawn: the tasks table does not say which API
-launched a task.
+torch_npu takes an op's kernels from these ends (``CANNFileParser.combine_acl_to_npu`` reads the
+flows of msprof's json; ``FwkCANNRelationParser`` links them to torch ops), so the framework operators
+select their kernels with the same functions the msprof timeline draws the flows with
+(:func:`kernel_rows`), and find the kernel an ``async_npu`` flow ends on with :func:`claim_kernels`.
+Choice where torch_npu's rule leaves room: its ``combine_acl_to_npu`` keeps one ``f`` per flow id,
+the first in the json, and a communication op's flow id is also that of its HCCL kernels; which of
+them comes first depends on how msprof orders its layers in the file. Kernels here leave HCCL kernels
+out (:func:`hccl_kernels`), so the op's flow goes to the communication op (the 910B trace_view.json
+files in shared/realdata, which have no HCCL kernel, link every communication op); an HCCL task's
+MEMCPY_ASYNC copy stays a kernel. A kernel of an HCCL-typed op outside any communication API, the
+only ``f`` of its flow id, is left out as well: the tasks table does not tell it from one inside.
+Not reproduced: torch_npu's one kernel per flow id elsewhere. Every other end is a kernel, where
+torch_npu links only the first (the same trace_view.json files have an API that launched two
+MEMCPY_ASYNC copies five times, and only the first copy has an ``async_npu`` flow).
+Flows to ACL record/wait-event tasks (C++ ``aclEvent_``) are not drawn: the tasks table does not say
+which API launched a task.
 """
 
 from __future__ import annotations
@@ -40,13 +56,37 @@ def _launched(rows: pa.RecordBatch) -> pa.Array:
     return pc.and_(pc.is_valid(rows.column("connection_id")), pc.is_valid(rows.column("launch_ns")))
 
 
+def hccl_tasks(rows: pa.RecordBatch) -> pa.Array:
+    """Which rows are HCCL tasks (:data:`HCCL_TASK_TYPES`)."""
+    task_type = rows.column("task_type").cast(pa.string())
+    return pc.is_in(task_type, value_set=pa.array(HCCL_TASK_TYPES)).fill_null(False)
+
+
+def kernel_launches(rows: pa.RecordBatch) -> pa.Array:
+    """Which tasks were launched as kernels: runtime type ``KERNEL*`` or ``STARS_COMMON`` (msprof's
+    C++ ``TreeAnalyzer::IsComputeTask``, Python ``TaskGear.is_kernel_task``, which also count an
+    ``FFTS_PLUS`` task, but not inside a communication API, where this is asked)."""
+    host = rows.column("host_task_type").cast(pa.string())
+    return pc.or_(pc.starts_with(host, "KERNEL"), pc.equal(host, "STARS_COMMON")).fill_null(False)
+
+
+def hccl_kernels(rows: pa.RecordBatch) -> pa.Array:
+    """HCCL tasks that are kernels: the compute-task info has a row of them (module docstring)."""
+    return pc.and_(hccl_tasks(rows), kernel_launches(rows))
+
+
+def hccl_non_kernels(rows: pa.RecordBatch) -> pa.Array:
+    """HCCL tasks that are no kernel: the notify, copy, reduce and event tasks of a communication op,
+    and the FFTS+ tasks (with their contexts) it launches. msprof's compute-task info, where its
+    timeline and task_time look up a task's op name and GE task type, has no row of them (C++
+    ``IsComputeTask`` feeds ``computeTasks_``, which ``CANNTraceDBDumper::DumpOpDesc`` writes to
+    ge_info ``TaskInfo``; Python ``TaskGear`` appends ``task_info`` only in ``add_kernel_task``)."""
+    return pc.and_(hccl_tasks(rows), pc.invert(kernel_launches(rows)))
+
+
 def task_flow_ends(tasks: pa.RecordBatch) -> pa.Array:
     """Which ``tasks`` rows a HostToDevice flow ends on (module docstring)."""
-    task_type = tasks.column("task_type").cast(pa.string())
-    compute = pc.and_kleene(
-        pc.is_valid(tasks.column("op_name")),
-        pc.invert(pc.is_in(task_type, value_set=pa.array(HCCL_TASK_TYPES))),
-    )
+    compute = pc.and_kleene(pc.is_valid(tasks.column("op_name")), pc.invert(hccl_non_kernels(tasks)))
     memcpy = pc.equal(tasks.column("host_task_type").cast(pa.string()), MEMCPY_ASYNC)
     ends = pc.and_(_launched(tasks), pc.fill_null(pc.or_kleene(compute, memcpy), False))
     return pc.and_(ends, pc.invert(sub_task_parents(tasks)))
@@ -75,12 +115,14 @@ def kernel_rows(batch: pa.RecordBatch, *, ops: bool) -> tuple[pa.RecordBatch, In
     """The rows of a ``tasks`` batch (``ops`` False) or a ``comm`` batch (``ops`` True) that are kernels,
     with the :data:`KERNEL_COLUMNS` the batch has (a ``tasks`` batch has some forty others), and each
     one's stream id: NULL for a communication op, which has none (an ``async_npu`` flow's ``dst_tid``
-    is null there too). The arrays are shared with the next caller asking about the same batch: read
-    them, do not change them."""
+    is null there too). A ``tasks`` batch's kernels are its flow ends but HCCL kernels (module
+    docstring). The arrays are shared with the next caller asking about the same batch: read them, do
+    not change them."""
     if _LastKernels.batch is batch and _LastKernels.ops == ops and _LastKernels.answer is not None:
         return _LastKernels.answer
     kept = batch.select([name for name in KERNEL_COLUMNS if name in batch.schema.names])
-    rows = kept.filter(op_flow_ends(batch) if ops else task_flow_ends(batch))
+    ends = op_flow_ends(batch) if ops else pc.and_(task_flow_ends(batch), pc.invert(hccl_kernels(batch)))
+    rows = kept.filter(ends)
     stream = np.full(rows.num_rows, NULL, np.int64) if ops else ints(rows.column("stream_id"))
     _LastKernels.batch, _LastKernels.ops, _LastKernels.answer = batch, ops, (rows, stream)
     return rows, stream
