@@ -875,8 +875,9 @@ def test_host_to_device_flows_end_on_hccl_kernels_not_on_torch_npu_kernels(tmp_p
     notify or FFTS+ tasks. So of an hcom op launched by node API 5, the AI CPU and the vector kernel
     get an ``f`` and the notify wait and the FFTS+ context do not, its copy gets one as every
     MEMCPY_ASYNC task does; a kernel of an HCCL-typed op outside a communication API (node API 6)
-    gets one too. torch_npu's kernels leave the HCCL kernels out (its ``combine_acl_to_npu`` keeps one
-    ``f`` per flow id, and the op's is its communication op's), that one too (a choice)."""
+    gets one too. torch_npu's kernels leave every HCCL task out, its copy too (its
+    ``combine_acl_to_npu`` keeps one ``f`` per flow id, and the op's is its communication op's), and
+    that kernel too (a choice)."""
     hcom = "hcom_allReduce__586_0_1"
     n = 7
     tasks = schema.conform(
@@ -924,7 +925,7 @@ def test_host_to_device_flows_end_on_hccl_kernels_not_on_torch_npu_kernels(tmp_p
         (str(7 << 32), 6000),
     ]
     kernels, _ = kernel_rows(tasks, ops=False)
-    assert kernels.column("start_ns").to_pylist() == [6000, 7000]
+    assert kernels.column("start_ns").to_pylist() == [6000]
 
 
 def test_ascend_hardware_names_and_types_hccl_tasks_as_msprofs_compute_task_info(tmp_path: Path) -> None:

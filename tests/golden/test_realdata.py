@@ -35,9 +35,12 @@ from profstream.engine.kernels import overlap
 from profstream.engine.kernels._dispatch import FLUSH
 from profstream.engine.kernels.subtree import subtree_folds
 from profstream.engine.kernels.tree import Stack, nest
+from profstream.engine.operators._state import ints
+from profstream.engine.operators.launches import FirstKernels
 from profstream.engine.operators.memory import MODULE_NAMES
 from profstream.engine.operators.statistics import OpStatistic, TaskWaitTime
 from profstream.engine.runtime import at
+from profstream.engine.schema import conform, tasks_schema
 from profstream.sinks._format import float_text
 from tests.engine.profdirs import PT_910B, REALDATA
 
@@ -321,6 +324,53 @@ def test_torch_to_npu_flows_end_where_host_to_device_flows_end(run: Path) -> Non
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert torch_to_npu and set(torch_to_npu) <= host_to_device
     assert any(names[pid] == "HCCL" for pid, _, _ in torch_to_npu)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=_ids(RUNS))
+def test_torch_to_npu_flows_end_on_the_first_kernel_of_each_flow_id(run: Path) -> None:
+    """torch_npu keeps one ``f`` per HostToDevice flow id (``combine_acl_to_npu``); each trace has five
+    APIs that launched two MEMCPY_ASYNC copies. :class:`FirstKernels` over the device tasks the
+    HostToDevice flows end on (by their ``connection_id`` arg), in two batches (a pair may be split),
+    keeps exactly the tasks the ``async_npu`` flows end on. (These traces' flow ids are the connection
+    id only for the copies; a kernel's is msprof's Python per-task id, launches.py.)"""
+    with (run / "ASCEND_PROFILER_OUTPUT/trace_view.json").open() as f:
+        events = json.load(f)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    tasks = {(e["pid"], e["tid"], e["ts"]): e for e in events if e.get("ph") == "X"}
+    ends = [
+        (e, tasks[e["pid"], e["tid"], e["ts"]])
+        for e in events
+        if e.get("ph") == "f" and e.get("cat") == "HostToDevice" and names[e["pid"]] == "Ascend Hardware"
+    ]
+    connection = [task["args"]["connection_id"] for _, task in ends]
+    assert len(ends) > len(set(connection))  # some ids end twice
+    batch = conform(
+        tasks_schema(),
+        {
+            "device_id": pa.array([DEVICE] * len(ends), pa.int32()),
+            "stream_id": pa.array([flow["tid"] for flow, _ in ends], pa.int32()),
+            "task_id": pa.array([task["args"]["Task Id"] for _, task in ends], pa.int32()),
+            "start_ns": [_ns(flow["ts"]) for flow, _ in ends],
+            "end_ns": [_ns(flow["ts"]) + 1 for flow, _ in ends],
+            "launch_ns": [0] * len(ends),
+            "connection_id": connection,
+            "op_name": [task["name"] for _, task in ends],
+            "host_task_type": [
+                "MEMCPY_ASYNC" if t["name"] == "MEMCPY_ASYNC" else "KERNEL_AICORE" for _, t in ends
+            ],
+        },
+    )
+    first = FirstKernels()
+    half = batch.num_rows // 2
+    kept = [first.rows(part, ops=False) for part in (batch.slice(0, half), batch.slice(half))]
+    ours = sorted(
+        (s, t) for rows, stream in kept for s, t in zip(stream, ints(rows.column("start_ns")), strict=True)
+    )
+    hardware = [
+        (tid, _ns(ts)) for pid, tid, ts in flow_ends(events, "async_npu") if names[pid] == "Ascend Hardware"
+    ]
+    assert ours == sorted(hardware)
+    assert len(ours) == len(set(connection))
 
 
 @pytest.mark.parametrize("run", RUNS, ids=_ids(RUNS))

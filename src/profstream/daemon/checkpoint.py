@@ -71,7 +71,8 @@ class Gap(msgspec.Struct, frozen=True):
 #: CommAnalysis holds each batch with its arrival; 12: Memory's open GE allocations keep the sequence
 #: number of their key's first allocation; 13: FrameworkOps' waiting ops carry their flops text,
 #: HostJoin's settled launches their kernel name and memcpy size and operation, HostJoin holds the
-#: memcpy_info records still to match, and OperatorDetails the kernels of its held ops), so that
+#: memcpy_info records still to match, OperatorDetails the kernels of its held ops, and FrameworkOps,
+#: FrameworkSteps and OperatorDetails the flow ids of their recent kernels), so that
 #: another version refuses a checkpoint instead of misreading it
 STATE_FORMAT = 13
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -9,10 +10,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from profstream.engine.runtime import Emit, Operator
+from profstream.engine.runtime import Emit, Operator, at
 from profstream.engine.schema import TABLES, conform, tasks_schema
 
 PID = 100
+#: connection ids: one per launched task across every batch built here (one id is one launching API)
+_CONNECTIONS = itertools.count(1)
 
 
 def op_range(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
@@ -60,14 +63,16 @@ def queue_event(queue: str, corr: int, tid: int, name: str, span: tuple[int, int
 TASK_KINDS = {
     "compute": ("MatMul", "AI_CORE", "KERNEL_AICORE"),
     "hccl": ("hcom_allReduce_", "HCCL", "NOTIFY_WAIT"),  # an HCCL task: its op's flow is elsewhere
+    "hccl_copy": ("hcom_allReduce_", "HCCL", "MEMCPY_ASYNC"),  # a copy inside a communication op
     "memcpy": (None, None, "MEMCPY_ASYNC"),
     "unnamed": (None, None, "EVENT_RECORD"),
 }
 
 
 def tasks(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
-    """tasks rows: (device, stream, start, launch or None[, kind of TASK_KINDS, "compute" if left out]);
-    a launched task has a connection id, as the host join gives it."""
+    """tasks rows: (device, stream, start, launch or None[, kind of TASK_KINDS, "compute" if left out
+    [, connection id]]); a launched task has a connection id of its own unless given one (one API's
+    tasks share it)."""
     kinds = [TASK_KINDS[r[4] if len(r) > 4 else "compute"] for r in rows]
     return conform(
         tasks_schema(),
@@ -79,7 +84,8 @@ def tasks(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
             "end_ns": pa.array([r[2] + 5 for r in rows], pa.int64()),
             "launch_ns": pa.array([r[3] for r in rows], pa.int64()),
             "connection_id": pa.array(
-                [None if r[3] is None else i + 1 for i, r in enumerate(rows)], pa.int64()
+                [None if r[3] is None else r[5] if len(r) > 5 else next(_CONNECTIONS) for r in rows],
+                pa.int64(),
             ),
             "op_name": pa.array([k[0] for k in kinds], pa.string()),
             "task_type": pa.array([k[1] for k in kinds], pa.string()),
@@ -107,6 +113,20 @@ def comm_ops(rows: Sequence[tuple[int, str | None, int, int | None]]) -> pa.Reco
 
 
 Step = tuple[str, pa.RecordBatch] | int  # a batch to push, or a watermark to advance to
+
+
+def one_kernel_per_flow_id_steps() -> list[Step]:
+    """Copies that share their API's flow id (9001, 9002, across two batches; 9003 listed late first)
+    and an HCCL copy with its communication op's id (100)."""
+    first = [(0, 2, 500, 10, "memcpy", 9001), (0, 4, 540, 20, "hccl_copy", 100)]
+    second = [(0, 2, 520, 10, "memcpy", 9001), (0, 2, 530, 30, "memcpy", 9002)]
+    second += [(0, 2, 580, 40, "memcpy", 9003), (0, 2, 570, 40, "memcpy", 9003)]
+    return [
+        ("torch_op_range", op_range([("A", 0, 100)])),
+        (at("tasks", 0), tasks(first)),
+        (at("comm", 0), comm_ops([(0, "group_a", 600, 20)])),
+        (at("tasks", 0), tasks(second)),
+    ]
 
 
 def collect(emits: Iterable[Emit], into: dict[str, list[pa.RecordBatch]]) -> None:

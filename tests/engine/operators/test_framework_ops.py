@@ -30,6 +30,7 @@ from tests.engine.operators.framework_inputs import (
     comm_ops,
     drive,
     drive_resumed,
+    one_kernel_per_flow_id_steps,
     op_mark,
     op_range,
     queue_event,
@@ -354,6 +355,18 @@ def test_kernels_are_the_host_to_device_flow_ends() -> None:
     assert unmatched(logs)["tasks_without_launch"] == 2
 
 
+def test_one_kernel_per_flow_id() -> None:
+    """torch_npu's combine_acl_to_npu keeps the first ``f`` of each HostToDevice flow id: of one
+    API's copies only the earliest gets an async_npu flow, even in a later batch or a snapshot apart,
+    and a communication op's id goes to the op, not to the HCCL copy inside it."""
+    steps = one_kernel_per_flow_id_steps()
+    expected = [(500, 2), (530, 2), (570, 2), (600, None)]
+    for cut in (None, 2, 3):
+        make = lambda: FrameworkOps([0], communication=[0], task_queue=False)  # noqa: E731
+        out = drive(make(), steps) if cut is None else drive_resumed(make, steps, cut)
+        assert sorted(brief(out["flows"], "dst_ns", "dst_tid")) == expected
+
+
 def test_kernels_wait_for_the_ops_before_their_launch() -> None:
     """A kernel whose launch is past the horizon waits; its op comes later in another batch."""
     op = FrameworkOps([0], task_queue=False, max_op_ns=100)
@@ -575,9 +588,9 @@ def test_simulated_run(simulated: tuple[Path, Path]) -> None:
     )
     owner = {r["correlation_id"]: by_id[r["parent_id"]] for r in rows if r["kind"] == "enqueue"}
     expected = []
-    for task in joined.to_pylist():  # msprof's HostToDevice ends: compute ops (no HCCL task), MEMCPY_ASYNC
-        compute = task["op_name"] is not None and task["ge_task_type"] not in ("HCCL", "HCCL_AI_CPU")
-        if not (compute or task["task_type"] == "MEMCPY_ASYNC"):
+    for task in joined.to_pylist():  # msprof's HostToDevice ends but HCCL tasks: compute ops, MEMCPY_ASYNC
+        hccl = task["ge_task_type"] in ("HCCL", "HCCL_AI_CPU")
+        if hccl or not (task["op_name"] is not None or task["task_type"] == "MEMCPY_ASYNC"):
             continue
         inside = [c for s, e, c in dequeues if s <= task["time_ns"] <= e]
         if inside:

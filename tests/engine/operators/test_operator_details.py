@@ -10,10 +10,12 @@ import pyarrow as pa
 import pytest
 
 import profstream
+from profstream.engine.operators.framework_ops import FrameworkOps
 from profstream.engine.operators.operator_details import OperatorDetails
 from profstream.engine.runtime import DONE
 from profstream.engine.schema import TABLES, conform
 from profstream.simulate import SimulationConfig, simulate
+from tests.engine.operators.framework_inputs import one_kernel_per_flow_id_steps
 from tests.engine.operators.harness import Step, check_snapshot, drive, table
 
 # (op_id, parent_id, kind, name, start, end): a step with ops A (child B) and C; an enqueue under B
@@ -175,6 +177,26 @@ def test_snapshot_round_trip() -> None:
         check_snapshot(lambda: OperatorDetails([0], [0]), STEPS, cut)
 
 
+def test_one_kernel_per_flow_id() -> None:
+    """An op's device time counts the first kernel of each flow id (torch_npu's combine_acl_to_npu keeps
+    the first ``f``), and a communication op, not the HCCL copy with its id: copies 500, 530, 570
+    (5 ns each) and the op (50 ns), not the later copies 520, 580 nor the HCCL copy 540."""
+    inputs = one_kernel_per_flow_id_steps()
+    framework = FrameworkOps([0], communication=[0], task_queue=False)
+    for stream, batch in inputs:
+        framework.push(stream, batch)
+    pushes: list[Step] = [(s, b, 0) for s, b in inputs if s != "torch_op_range"]
+    pushes += [(name, batch, 0) for name, batch in framework.finish()]
+    got = table(drive(OperatorDetails([0], [0]), pushes))
+    assert got is not None
+    (row,) = got.to_pylist()
+    assert (row["name"], row["device_self_ns"], row["device_self_us"]) == (
+        "A",
+        65,
+        0.005 + 0.005 + 0.005 + 0.05,
+    )
+
+
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sim")
@@ -234,9 +256,8 @@ def test_simulated_totals_match_the_flows(simulated: Path) -> None:
     roots = [o for o in ops if o["parent_id"] is None and "ProfilerStep#" not in o["name"]]
     assert all(details[r["op_id"]]["device_total_ns"] == subtree(r["op_id"]) for r in roots)
     assert sum(own.values()) > 0
-    # the kernels are msprof's HostToDevice flow ends: no HCCL task but its MEMCPY_ASYNC ones, and
-    # communication ops (once each)
+    # the kernels are msprof's HostToDevice flow ends but HCCL tasks (a communication op's flow goes to
+    # the op), and communication ops (once each)
     targets = [kernels[f["dst_device_id"], f["dst_tid"], f["dst_ns"]] for f in flows]
-    hccl = [t for t in targets if t.get("task_type") in ("HCCL", "HCCL_AI_CPU")]
-    assert hccl and all(t["host_task_type"] == "MEMCPY_ASYNC" for t in hccl)
+    assert not [t for t in targets if t.get("task_type") in ("HCCL", "HCCL_AI_CPU")]
     assert 0 < sum(1 for f in flows if f["dst_tid"] is None) <= len(comm)

@@ -38,6 +38,8 @@ Tag = tuple[int, int, int, int, int]  # time, tag id, model id, stream id, index
 
 STEPS = at("steps", 0)
 TS = at("ts_track", 0)
+#: connection ids of hand-built tasks: one per task across batches (one id is one launching API)
+_CONNECTIONS = itertools.count()
 
 
 def tag_batch(records: Sequence[Tag]) -> pa.RecordBatch:
@@ -530,7 +532,7 @@ def tasks_batch(rows: Sequence[tuple[int | None, int, int]]) -> pa.RecordBatch:
             "end_ns": pa.array(end, pa.int64()),
             "op_name": pa.array(["MatMul"] * len(rows), pa.string()),
             "task_type": pa.array(["AI_CORE"] * len(rows), pa.string()),
-            "connection_id": pa.array(range(len(rows)), pa.int64()),
+            "connection_id": pa.array([next(_CONNECTIONS) for _ in rows], pa.int64()),
         },
     )
 
@@ -612,6 +614,17 @@ def test_framework_steps_count_the_kernels_torch_npu_counts() -> None:
         (at("comm", 0), comm, 0),
     ]
     assert _framework_rows(drive_all(op, pushes)) == [(0, "framework", 1, 160, 400, 100, 200)]
+
+
+def test_framework_steps_count_one_kernel_per_flow_id() -> None:
+    """torch_npu links only the first HostToDevice ``f`` of a flow id (combine_acl_to_npu): the second
+    copy one API launched, ending after the host step, does not stretch the step."""
+    op = FrameworkSteps([0])
+    copies = tasks_batch([(150, 160, 170), (150, 175, 260)])
+    shared = pa.array([5001, 5001], pa.int64())
+    copies = copies.set_column(copies.schema.get_field_index("connection_id"), "connection_id", shared)
+    pushes = [("ops", ops_batch([("ProfilerStep#1", None, 100, 200)]), 0), (at("tasks", 0), copies, 0)]
+    assert _framework_rows(drive_all(op, pushes)) == [(0, "framework", 1, 160, 200, 100, 200)]
 
 
 def async_npu(rows: Sequence[tuple[int, int, int]]) -> pa.RecordBatch:

@@ -103,7 +103,7 @@ from profstream.engine.operators._state import (
     unpack_keyed,
 )
 from profstream.engine.operators.comm import NA
-from profstream.engine.operators.launches import kernel_rows
+from profstream.engine.operators.launches import FirstKernels
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -295,6 +295,7 @@ class FrameworkOps(Operator):
         self._deq = empty_columns(_DEQ)
         self._live = empty_columns(_LIVE)
         self._tasks = empty_columns(_TASKS)
+        self._first = FirstKernels()
         self._fwd = empty_columns(_FWD)
         self._reach = KernelReach()
         self._queue_lag = 0  # the longest wait seen from an enqueue's start to its dequeue's start
@@ -445,7 +446,7 @@ class FrameworkOps(Operator):
         """The kernels of a ``tasks`` batch, or of a ``comm`` batch (``ops``: communication ops, on
         their group's thread)."""
         self._counts["tasks_without_launch"] += batch.column("launch_ns").null_count
-        rows, stream = kernel_rows(batch, ops=ops)
+        rows, stream = self._first.rows(batch, ops=ops)
         group = np.full(rows.num_rows, NULL, np.int64)
         if ops:
             names = rows.column("group_name").cast(pa.string()).fill_null(NA).to_pylist()
@@ -776,6 +777,7 @@ class FrameworkOps(Operator):
                 "deq": self._deq,
                 "live": self._live,
                 "tasks": self._tasks,
+                "first": self._first.state(),
                 "fwd": self._fwd,
                 "counts": self._counts,
             }
@@ -800,4 +802,5 @@ class FrameworkOps(Operator):
         self._reach, self._queue_lag = KernelReach(doc["reach"]), doc["queue_lag"]
         self._enq, self._deq, self._live = doc["enq"], doc["deq"], doc["live"]
         self._tasks, self._fwd = doc["tasks"], doc["fwd"]
+        self._first = FirstKernels(doc["first"])
         self._counts = dict(doc["counts"])

@@ -75,7 +75,7 @@ from profstream.engine.operators._state import (
     take,
 )
 from profstream.engine.operators.api import dense_ids
-from profstream.engine.operators.launches import claim_kernels, kernel_rows
+from profstream.engine.operators.launches import FirstKernels, claim_kernels
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 
@@ -118,6 +118,7 @@ class OperatorDetails(Operator):
         self._texts = _TEXTS.empty_table()
         self._tasks = empty_columns(_TASKS)
         self._linked = empty_columns(_LINKED)
+        self._first = FirstKernels()
         self._counts = dict.fromkeys(_COUNTERS, 0)
 
     # ------------------------------------------------------------------ operator protocol
@@ -136,9 +137,9 @@ class OperatorDetails(Operator):
         for batch in self._inbox["ops"]:
             self._add_ops(batch)
         for batch in self._inbox["tasks"]:
-            self._add_kernels(*kernel_rows(batch, ops=False))
+            self._add_kernels(*self._first.rows(batch, ops=False))
         for batch in self._inbox["comm"]:
-            self._add_kernels(*kernel_rows(batch, ops=True))
+            self._add_kernels(*self._first.rows(batch, ops=True))
         for batch in self._inbox["flows"]:
             self._add_flows(batch)
         self._inbox = {"ops": [], "flows": [], "tasks": [], "comm": []}
@@ -319,6 +320,7 @@ class OperatorDetails(Operator):
                 "texts": self._texts.combine_chunks(),
                 "tasks": self._tasks,
                 "linked": self._linked,
+                "first": self._first.state(),
                 "counts": self._counts,
             }
         )
@@ -327,5 +329,5 @@ class OperatorDetails(Operator):
         doc = unpack_state(state)
         self._inbox = {k: [] if v is None else v.to_batches() for k, v in doc["inbox"].items()}
         self._ops, self._tasks, self._linked = doc["ops"], doc["tasks"], doc["linked"]
-        self._texts = doc["texts"]
+        self._texts, self._first = doc["texts"], FirstKernels(doc["first"])
         self._counts = dict(doc["counts"])

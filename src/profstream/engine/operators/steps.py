@@ -104,7 +104,7 @@ import pyarrow.compute as pc
 from profstream.codecs import training_trace as legacy_codec
 from profstream.codecs import ts_track
 from profstream.engine.operators._state import KernelReach, ints
-from profstream.engine.operators.launches import claim_kernels, kernel_rows
+from profstream.engine.operators.launches import FirstKernels, claim_kernels
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
 from profstream.events import RECORDS_UNMATCHED, get_logger
@@ -629,6 +629,7 @@ class FrameworkSteps(Operator):
         self._pending: list[I64] = [np.empty((4, 0), np.int64) for _ in range(n)]
         # task queue: kernels (stream, NULL for a communication op; start; end) waiting for their flow
         self._kernels: list[I64] = [np.empty((3, 0), np.int64) for _ in range(n)]
+        self._first = FirstKernels()
         self._last_end = _NULL  # host end of the latest step seen
         self._reach = KernelReach()
         self._counts: dict[str, int] = {}
@@ -645,7 +646,7 @@ class FrameworkSteps(Operator):
         ops = stream in self._comm_of
         k = self._comm_of[stream] if ops else self._device_of[stream]
         count(self._counts, "task without a launch time", batch.column("launch_ns").null_count)
-        rows, stream_id = kernel_rows(batch, ops=ops)
+        rows, stream_id = self._first.rows(batch, ops=ops)
         spans = pc.and_(pc.is_valid(rows["start_ns"]), pc.is_valid(rows["end_ns"])).to_numpy(
             zero_copy_only=False
         )
@@ -808,6 +809,7 @@ class FrameworkSteps(Operator):
                 "acc": self._acc,
                 "pending": self._pending,
                 "kernels": self._kernels,
+                "first": self._first.state(),
                 "last_end": self._last_end,
                 "reach": self._reach.state(),
                 "counts": self._counts,
@@ -817,6 +819,6 @@ class FrameworkSteps(Operator):
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
         self._steps, self._acc, self._pending = doc["steps"], doc["acc"], doc["pending"]
-        self._kernels = doc["kernels"]
+        self._kernels, self._first = doc["kernels"], FirstKernels(doc["first"])
         self._last_end, self._counts = doc["last_end"], doc["counts"]
         self._reach = KernelReach(doc["reach"])
