@@ -72,7 +72,8 @@ flow still to come may start from, whichever is older.
 State: the reorder window (op_range records and paired marks not yet emitted), open marks, the
 chain of open ops, dequeue windows and enqueue owners still reachable by a launch, emitted ops that
 still end after ``H`` (parents and launch targets), tasks whose launch is not yet final, and the
-per-sequence-number forward/backward ops within ``2 * max_op_ns``.
+per-sequence-number forward/backward ops within ``2 * max_op_ns``, and the flow ids of the last
+second of kernels (:class:`~profstream.engine.operators.launches.FirstKernels`).
 """
 
 from __future__ import annotations
