@@ -280,13 +280,9 @@ def test_communication_statistic_needs_one_typed_op() -> None:
     assert communication_statistic_rows(untyped).num_rows == 0
 
 
-def test_msprof_npu_module_mem_prints_kilobytes_rounded_and_a_release_only_sample_as_minus_one(
-    tmp_path: Path,
-) -> None:
-    """msprof's npu_module_mem viewer: bytes / 1024 rounded to 3 decimals, the integer -1 where only a
-    release was captured and the integer 0 for an empty module (``NpuModuleMemViewer.
-    _npu_module_mem_reformat`` rounds only positive sizes)."""
-    [output] = [o for o in summary_outputs(_context(tmp_path), "csv") if o.tables == ("npu_module_mem",)]
+def _npu_module_mem_file(tmp_path: Path, fmt: Format) -> Path:
+    """The msprof npu_module_mem file of three samples: 1500 bytes, a release only (null), 0 bytes."""
+    [output] = [o for o in summary_outputs(_context(tmp_path), fmt) if o.tables == ("npu_module_mem",)]
     batch = schema.conform(
         schema.TABLES["npu_module_mem"],
         {
@@ -298,6 +294,16 @@ def test_msprof_npu_module_mem_prints_kilobytes_rounded_and_a_release_only_sampl
     )
     output.write("npu_module_mem", batch)
     [path] = output.close()
+    return path
+
+
+def test_msprof_npu_module_mem_prints_kilobytes_rounded_and_a_release_only_sample_as_minus_one(
+    tmp_path: Path,
+) -> None:
+    """msprof's npu_module_mem viewer: bytes / 1024 rounded to 3 decimals, the integer -1 where only a
+    release was captured and the integer 0 for an empty module (``NpuModuleMemViewer.
+    _npu_module_mem_reformat`` rounds only positive sizes)."""
+    path = _npu_module_mem_file(tmp_path, "csv")
     with path.open(newline="") as f:
         assert sorted(r["Total Reserved(KB)"] for r in csv.DictReader(f)) == ["-1", "0", "1.465"]
 
@@ -450,18 +456,7 @@ def test_msprof_json_summaries_have_no_device_id_and_print_numbers_as_numbers(tm
     """``--format json`` npu_module_mem as ``json.dump`` writes msprof's per-device rows: no
     ``Device_id`` key, the KB a float number (``round(size / 1024, 3)``), an empty module the integer
     ``0`` and a release-only sample the integer ``-1`` (``NpuModuleMemViewer._npu_module_mem_reformat``)."""
-    [output] = [o for o in summary_outputs(_context(tmp_path), "json") if o.tables == ("npu_module_mem",)]
-    batch = schema.conform(
-        schema.TABLES["npu_module_mem"],
-        {
-            "device_id": pa.array([0, 0, 0], pa.int32()),
-            "component": pa.array(["HCCL", "GE", "SLOG"]),
-            "time_ns": pa.array([1000, 2000, 3000]),
-            "total_reserved_bytes": pa.array([1500, None, 0], pa.int64()),
-        },
-    )
-    output.write("npu_module_mem", batch)
-    [path] = output.close()
+    path = _npu_module_mem_file(tmp_path, "json")
     rows = json.loads(path.read_text())
     assert [list(r) for r in rows] == [["Component", "Timestamp(us)", "Total Reserved(KB)", "Device"]] * 3
     assert sorted((r["Total Reserved(KB)"] for r in rows), key=float) == [-1, 0, 1.465]
