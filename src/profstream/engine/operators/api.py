@@ -215,6 +215,19 @@ def latest_before(keys: Array, times: Array, query_keys: Array, query_times: Arr
     return found
 
 
+def group_ranks(groups: Array, *order_by: Array) -> I64:
+    """The position of each row among the rows of its group (equal ``groups``), ordered by the
+    ``order_by`` columns (the first the most significant), then by row."""
+    n = len(groups)
+    order = np.lexsort((*reversed(order_by), groups))
+    ordered = np.asarray(groups)[order]
+    first = np.ones(n, np.bool_)
+    first[1:] = ordered[1:] != ordered[:-1]
+    ranks = np.empty(n, np.int64)
+    ranks[order] = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    return ranks
+
+
 def last_index(groups: Array, size: int) -> I64:
     """For each group 0..size-1, the largest position ``i`` with ``groups[i] == group``, or -1."""
     last = np.full(size, -1, np.int64)

@@ -83,6 +83,7 @@ from profstream.engine.kernels._dispatch import NULL
 from profstream.engine.kernels._table import KeyedState, Table
 from profstream.engine.metadata import DirMetadata
 from profstream.engine.operators import _state, pmu
+from profstream.engine.operators.api import group_ranks
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
 from profstream.events import RECORDS_UNMATCHED, get_logger
 
@@ -133,18 +134,6 @@ def _groups(*keys: I64) -> I64:
     ids = np.empty(n, np.int64)
     ids[order] = np.cumsum(new) - 1
     return ids
-
-
-def _ranks(groups: I64, order_by: I64) -> I64:
-    """The position of each row within its group, ordered by ``order_by``."""
-    order = np.lexsort((order_by, groups))
-    g = groups[order]
-    first = np.ones(len(g), np.bool_)
-    first[1:] = g[1:] != g[:-1]
-    start = np.maximum.accumulate(np.where(first, np.arange(len(g)), 0))
-    ranks = np.empty(len(g), np.int64)
-    ranks[order] = np.arange(len(g)) - start
-    return ranks
 
 
 def _latest_before(t_group: I64, t_time: I64, q_group: I64, q_time: I64) -> I64:
@@ -455,8 +444,8 @@ class DeviceTasks(Operator):
         task_rows: list[I64] = []
         pmu_rows: list[I64] = []
         if hwts_task.any() and hwts_pmu.any():
-            t_rank = _ranks(t_group[hwts_task], tasks["seq"][open_tasks][hwts_task])
-            q_rank = _ranks(q_group[hwts_pmu], queue["seq"][hwts_pmu])
+            t_rank = group_ranks(t_group[hwts_task], tasks["seq"][open_tasks][hwts_task])
+            q_rank = group_ranks(q_group[hwts_pmu], queue["seq"][hwts_pmu])
             _, ti, qi = np.intersect1d(
                 t_group[hwts_task] * (n + len(q_group) + 1) + t_rank,
                 q_group[hwts_pmu] * (n + len(q_group) + 1) + q_rank,

@@ -120,6 +120,7 @@ from profstream.engine.operators.api import (
     enum_names,
     frozen,
     gather,
+    group_ranks,
     last_index,
     latest_before,
     log_unmatched,
@@ -709,26 +710,17 @@ class HostJoin(Operator):
         direction = np.full(n, -1, np.int64)
         if len(found):
             # the k-th task of a key, in (batch, task id) order, copies after k max_size chunks
-            order = found[
-                np.lexsort(
-                    (
-                        column(launches, "task_id")[found],
-                        column(launches, "batch_id")[found],
-                        launch_key[found],
-                    )
-                )
-            ]
-            group = launch_key[order]
-            first = np.r_[True, group[1:] != group[:-1]]
-            rank = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
-            chosen = record[order]
+            rank = group_ranks(
+                launch_key[found], column(launches, "batch_id")[found], column(launches, "task_id")[found]
+            )
+            chosen = record[found]
             total = column(records, "data_size")[chosen]
             chunk = column(records, "max_size")[chosen]
             whole = chunk <= 0  # an old-layout record: one task copies it all
             left = np.where(whole, np.where(rank == 0, total, 0), total - rank * chunk)
-            size[order] = np.where(whole, left, np.clip(left, 0, chunk))
+            size[found] = np.where(whole, left, np.clip(left, 0, chunk))
             kind = column(records, "direction")[chosen]
-            direction[order] = np.where(
+            direction[found] = np.where(
                 (left > 0) & (kind <= MAX_MEMCPY_DIRECTION), kind, len(MEMCPY_OPERATIONS)
             )
         missing = record < 0

@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 
 from profstream.engine.kernels._dispatch import NULL, Int64Array
 from profstream.engine.operators._state import Columns, concat, empty_columns, find, ints, take
-from profstream.engine.operators.api import dense_ids
+from profstream.engine.operators.api import dense_ids, group_ranks
 from profstream.engine.operators.host_join import MEMCPY_ASYNC
 from profstream.engine.operators.statistics import sub_task_parents
 
@@ -201,21 +201,8 @@ def claim_kernels(held: tuple[Int64Array, ...], flows: tuple[Int64Array, ...]) -
     if n == 0:
         return np.full(flows[0].size, -1, np.int64)
     ids = dense_ids(*(np.r_[h, f] for h, f in zip(held, flows, strict=True)))
-    ranked = dense_ids(ids, np.r_[_rank_within(ids[:n]), _rank_within(ids[n:])])
+    ranked = dense_ids(ids, np.r_[group_ranks(ids[:n]), group_ranks(ids[n:])])
     kernel_keys, flow_keys = ranked[:n], ranked[n:]
     order = np.argsort(kernel_keys, kind="stable")
     at = find(kernel_keys[order], flow_keys)
     return np.where(at >= 0, order[np.maximum(at, 0)], -1).astype(np.int64)
-
-
-def _rank_within(keys: Int64Array) -> Int64Array:
-    """The rank of each row among the rows of its key, in row order."""
-    order = np.lexsort((np.arange(keys.size), keys))
-    sorted_keys = keys[order]
-    first = (
-        np.r_[0, np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1] if keys.size else np.zeros(0, int)
-    )
-    starts = np.repeat(first, np.diff(np.r_[first, keys.size]))
-    rank = np.empty(keys.size, np.int64)
-    rank[order] = np.arange(keys.size) - starts
-    return rank
