@@ -350,27 +350,18 @@ class AscendHardware(_Layer):
                 **memcpy_args(self.context, rows, memcpy),
             },
         )
-        flows = rows.filter(task_flow_ends(rows))
-        yield from flow_ends(
-            self.context, flows, pid, logic_stream_ids(self.context.logic_streams, flows.column("stream_id"))
-        )
+        ends = task_flow_ends(rows)
+        yield from flow_ends(self.context, rows.filter(ends), pid, tids.filter(ends))
         # the flow start at the ACL API that launched a MEMCPY_ASYNC task, once per API (module docstring)
-        memcpy = flows.filter(
-            pc.fill_null(
-                pc.and_(
-                    pc.equal(text(flows.column("host_task_type")), MEMCPY_ASYNC),
-                    pc.not_equal(text(flows.column("launch_level")), "node"),
-                ),
-                False,
-            )
-        )
-        first = np.unique(memcpy.column("connection_id").to_numpy(), return_index=True)[1]
-        memcpy = memcpy.take(pa.array(np.sort(first)))
+        outside_nodes = pc.fill_null(pc.not_equal(text(rows.column("launch_level")), "node"), False)
+        copies = rows.filter(pc.and_(pc.and_(ends, memcpy), outside_nodes))
+        first = np.unique(copies.column("connection_id").to_numpy(), return_index=True)[1]
+        copies = copies.take(pa.array(np.sort(first)))
         yield from flow_starts(
             self.context,
-            memcpy.column("connection_id"),
-            memcpy.column("launch_thread_id"),
-            memcpy.column("launch_ns"),
+            copies.column("connection_id"),
+            copies.column("launch_thread_id"),
+            copies.column("launch_ns"),
         )
 
 
