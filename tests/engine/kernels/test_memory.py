@@ -185,6 +185,47 @@ def test_uint64_ids_keep_their_bits() -> None:
     assert state.counts.tolist()[memory.GE_PAIRED] == 1
 
 
+def _latest(devices: int) -> np.ndarray:
+    latest = np.full((2, 5, devices), memory.NULL, np.int64)
+    latest[:, memory.L_FOUND] = 0
+    return latest
+
+
+def test_memory_records_companions() -> None:
+    """Each PTA and GE record is followed by its PTA+GE row: its totals plus the other's latest."""
+    n = memory.NULL
+    component = [memory.PTA, memory.GE, memory.APP, memory.PTA, memory.WORKSPACE, memory.GE]
+    times = [5, 1, 1, 7, 6, 9]
+    totals = [[10, 100, n, 20, 30, 200], [11, 101, 50, 21, 31, 201], [3, n, n, 4, 5, n], [0, n, n, 8, 9, n]]
+    latest = _latest(1)
+    out = memory.memory_records([2, 1, 0, 4, 3, 5], component, [0] * 6, times, totals, latest)
+    assert out.T.tolist() == [
+        [memory.APP, 0, 1, n, 50, n, n],
+        [memory.GE, 0, 1, 100, 101, n, n],
+        [memory.PTA_GE, 0, 1, 100, 101, 0, n],  # no PTA yet; a GE record's active total counts as 0
+        [memory.PTA, 0, 5, 10, 11, 3, 0],
+        [memory.PTA_GE, 0, 5, 110, 112, 3, n],  # stream 0: the GE record's (none)
+        [memory.WORKSPACE, 0, 6, 30, 31, 5, 9],  # no companion, not the latest PTA
+        [memory.PTA, 0, 7, 20, 21, 4, 8],
+        [memory.PTA_GE, 0, 7, 120, 122, 4, 8],
+        [memory.GE, 0, 9, 200, 201, n, n],
+        [memory.PTA_GE, 0, 9, 220, 222, 4, 8],  # the latest PTA's active total and stream
+    ]
+    assert latest[:, :, 0].tolist() == [[1, 20, 21, 4, 8], [1, 200, 201, n, n]]
+
+
+def test_memory_records_carry_latest_across_batches_per_device() -> None:
+    """The latest totals of a device carry into the next batch; another device's do not mix in."""
+    n = memory.NULL
+    latest = _latest(2)
+    memory.memory_records([0], [memory.GE], [1], [1], [[7], [8], [n], [n]], latest)
+    out = memory.memory_records(
+        [0, 1], [memory.PTA] * 2, [0, 1], [2, 3], [[1, 1], [2, 2], [3, 3], [4, 4]], latest
+    )
+    assert out[memory.R_ALLOCATED].tolist() == [1, 1, 1, 8]
+    assert out[memory.R_RESERVED].tolist() == [2, 2, 2, 10]
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -206,3 +247,14 @@ def test_bad_ge_input_is_refused() -> None:
         memory.match_ge([[1], [2], [3]], np.array([2**63], np.uint64), [1], state=state)
     with pytest.raises(ValueError, match="sizes: expected 2 values, got 1"):
         memory.match_ge([[1, 1], [2, 2], [3, 3]], [5], [1, 2], state=state)
+
+
+def test_bad_memory_records_input_is_refused() -> None:
+    """Orders and device slots out of range and a badly shaped ``latest`` are ValueErrors."""
+    totals = [[0], [0], [0], [0]]
+    with pytest.raises(ValueError, match="order: expected record indices below 1"):
+        memory.memory_records([1], [memory.PTA], [0], [1], totals, _latest(1))
+    with pytest.raises(ValueError, match="device: expected slots below 1"):
+        memory.memory_records([0], [memory.PTA], [1], [1], totals, _latest(1))
+    with pytest.raises(ValueError, match="latest: expected a"):
+        memory.memory_records([0], [memory.PTA], [0], [1], totals, np.zeros((2, 4, 1), np.int64))

@@ -42,7 +42,13 @@ never released with empty release columns (:data:`GE_NEVER_FREED`), in the order
 allocated: an allocation that replaced a pending one keeps that one's place, as msprof's Python dict
 and its C++ ``insertionOrder`` do.
 
-Both kernels carry a caller-chosen int64 payload per record (the columns that end up in the row) in
+**memory_record companions** (framework_outputs.md §4b; the operator's docstring has the rule):
+:func:`memory_records` writes the records of every component in their merged order, each PTA and
+GE record followed by its ``PTA+GE`` row, its totals plus the latest of the other component on its
+device (a GE record's active total counting as 0). One pass in order, carrying the latest totals of
+each component per device across batches.
+
+Both matching kernels carry a caller-chosen int64 payload per record (the columns that end up in the row) in
 their state, and report record sequence numbers (``base + i``) so the wrapper can join the rest.
 """
 
@@ -72,6 +78,11 @@ MALLOC, FREE, BLOCK_FREE = range(3)
 #: counters of :func:`match_pta`: rows emitted, FREE/BLOCK_FREE records dropped, the adapter's
 #: incomplete count
 PTA_ROWS, PTA_DROPPED, PTA_INCOMPLETE = range(3)
+#: memory_record components (the operator's ``COMPONENTS`` order)
+APP, PTA, WORKSPACE, GE, PTA_GE = range(5)
+#: rows of the :func:`memory_records` output and of its ``latest`` totals (TOTALS = the four totals)
+R_COMPONENT, R_DEVICE, R_TIME, R_ALLOCATED, R_RESERVED, R_ACTIVE, R_STREAM = range(7)
+L_FOUND, L_ALLOCATED, L_RESERVED, L_ACTIVE, L_STREAM = range(5)
 #: counters of :func:`match_ge`: allocation/release rows, releases without allocation, allocations
 #: replaced by a newer one, size-0 records, allocations emitted unreleased at the end
 GE_PAIRED, GE_NO_ALLOCATION, GE_REPLACED, GE_ZERO_SIZE, GE_NEVER_FREED = range(5)
@@ -369,6 +380,51 @@ def _drain(
         counts[GE_NEVER_FREED] += 1
 
 
+@kernel
+def _records(
+    order: Int64Array,
+    component: Int64Array,
+    device: Int64Array,
+    times: Int64Array,
+    totals: Int64Array,
+    latest: Int64Array,
+    out: Int64Array,
+) -> int:
+    """The records in ``order`` into ``out``, each PTA and GE record followed by its PTA+GE row."""
+    n = 0
+    for r in order:
+        kind = component[r]
+        slot = device[r]
+        out[R_COMPONENT, n] = kind
+        out[R_DEVICE, n] = slot
+        out[R_TIME, n] = times[r]
+        for v in range(4):
+            out[R_ALLOCATED + v, n] = totals[v, r]
+        n += 1
+        if kind not in (PTA, GE):
+            continue
+        own = 0 if kind == PTA else 1
+        out[R_COMPONENT, n] = PTA_GE
+        out[R_DEVICE, n] = slot
+        out[R_TIME, n] = times[r]
+        for v in range(3):
+            value = 0 if kind == GE and v == 2 else totals[v, r]  # a GE record's active total counts as 0
+            partner = latest[1 - own, L_ALLOCATED + v, slot]
+            if partner == NULL:
+                out[R_ALLOCATED + v, n] = value
+            elif value == NULL:
+                out[R_ALLOCATED + v, n] = partner
+            else:
+                out[R_ALLOCATED + v, n] = value + partner
+        stream = totals[3, r]
+        out[R_STREAM, n] = latest[1 - own, L_STREAM, slot] if stream in (NULL, 0) else stream
+        n += 1
+        latest[own, L_FOUND, slot] = 1
+        for v in range(4):
+            latest[own, L_ALLOCATED + v, slot] = totals[v, r]
+    return n
+
+
 # --------------------------------------------------------------------------- wrappers
 
 
@@ -475,3 +531,39 @@ def match_ge(
     o = _finish(1, width, state, out[:, :n], _G_FIRST, final)
     row = _G_FIXED + k.shape[0]
     return GeRows._make([*o[:_G_FIXED], o[_G_FIXED:row], o[row : row + width], o[row + width :]])
+
+
+def memory_records(
+    order: npt.ArrayLike,
+    component: npt.ArrayLike,
+    device: npt.ArrayLike,
+    times: npt.ArrayLike,
+    totals: Columns,
+    latest: Int64Array,
+) -> Int64Array:
+    """memory_record rows ``(7, m)`` (rows ``R_*``) of the records taken in ``order``.
+
+    Per record: ``component`` (:data:`APP`, :data:`PTA`, :data:`WORKSPACE` or :data:`GE`), ``device``
+    (a slot of ``latest``), time and ``totals`` (allocated, reserved, active, stream; ``NULL`` when
+    absent, and a GE record's active total must be). Each PTA and GE record is followed by its
+    :data:`PTA_GE` row. ``latest`` ``(2, 5, devices)`` holds, for PTA (0) and GE (1) and each device
+    slot, the latest record's totals (rows ``L_*``; ``NULL`` and ``L_FOUND`` 0 before any); it is
+    updated in place.
+    """
+    t = int_column("times", times)
+    o = int_column("order", order)
+    c = int_column("component", component, t.size)
+    d = int_column("device", device, t.size)
+    v = int_rows("totals", totals, t.size, 4)
+    if latest.dtype != np.int64 or latest.ndim != 3 or latest.shape[:2] != (2, 5):
+        msg = f"latest: expected a (2, 5, devices) int64 array, got {latest.dtype} {latest.shape}"
+        raise ValueError(msg)
+    if o.size and (int(o.min()) < 0 or int(o.max()) >= t.size):
+        msg = f"order: expected record indices below {t.size}, got {int(o.min())}..{int(o.max())}"
+        raise ValueError(msg)
+    if d.size and (int(d.min()) < 0 or int(d.max()) >= latest.shape[2]):
+        msg = f"device: expected slots below {latest.shape[2]}, got {int(d.min())}..{int(d.max())}"
+        raise ValueError(msg)
+    out = np.empty((7, 2 * o.size), np.int64)
+    n = _records(o, c, d, t, v, latest, out)
+    return out[:, :n]

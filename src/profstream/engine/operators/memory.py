@@ -91,6 +91,7 @@ from profstream.codecs.framework import (
 )
 from profstream.engine.kernels import memory as kernels
 from profstream.engine.kernels._dispatch import NO_SEQ, NULL, BoolArray, Int64Array
+from profstream.engine.kernels.memory import APP, GE, PTA, WORKSPACE
 from profstream.engine.operators._state import (
     Columns,
     Pending,
@@ -98,7 +99,6 @@ from profstream.engine.operators._state import (
     concat,
     empty_columns,
     find,
-    gather,
     horizon,
     ints,
     nullable,
@@ -133,9 +133,8 @@ MODULE_NAMES: dict[int, str] = {
 }  # fmt: skip
 #: npu_mem ``event`` names (msprof ``NpuMemViewer``)
 EVENT_NAMES = {0: "APP", 1: "Device"}
-#: memory_record components, in their tie order at equal times
+#: memory_record components by code (kernels.memory ``APP`` .. ``PTA_GE``), in their tie order at equal times
 COMPONENTS = ("APP", "PTA", "WORKSPACE", "GE", "PTA+GE")
-APP, PTA, WORKSPACE, GE, PTA_GE = range(5)
 #: ops that never own a PTA allocation (torch_npu ``_complete_record_entry``)
 EXCLUDED_OPS = ("empty_tensor", "malloc_workspace")
 #: prefixes of the op an enqueue's allocations are named after
@@ -160,17 +159,27 @@ _OPS = ("id", "parent", "pid", "tid", "start", "end", "name", "owner", "candidat
 _ENQ = ("corr", "pid", "tid", "end", "name")
 _DEQ = ("pid", "tid", "start", "end", "corr")
 _LAST = ("device", "allocated", "reserved", "active", "stream")
+_TOTALS = _LAST[1:]
 #: an enqueue whose owning op is not resolved yet
 _UNRESOLVED = -2
 _COUNTERS = ("pta_not_npu", "unnamed", "ge_short_records")
 
 
+def _distinct(devices: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """The sorted distinct devices and each row's index into them."""
+    if len(devices) and devices.min() == devices.max():  # one device, as usual: no sort
+        return devices[:1], np.zeros(len(devices), np.int64)
+    unique, index = np.unique(devices, return_inverse=True)
+    return unique, index
+
+
 def _device_tags(devices: Int64Array) -> pa.Array:
     """``NPU:<id>`` per row, dictionary-encoded."""
-    if len(devices) and devices.min() == devices.max():  # one device, as usual: no sort
-        unique, index = devices[:1], np.zeros(len(devices), np.int64)
-    else:
-        unique, index = np.unique(devices, return_inverse=True)
+    return _tags(*_distinct(devices))
+
+
+def _tags(unique: Int64Array, index: Int64Array) -> pa.Array:
+    """``NPU:<id>`` of ``unique[index]`` per row, dictionary-encoded."""
     return pa.DictionaryArray.from_arrays(
         pa.array(index.astype(np.int32)), pa.array([f"NPU:{d}" for d in unique.tolist()])
     )
@@ -634,99 +643,61 @@ class Memory(Operator):
         )
 
     def _record_rows(self, pta: Columns, ge: Columns, app: Columns) -> pa.RecordBatch:
-        """memory_record rows of the final records, each PTA and GE row followed by its PTA+GE row."""
-        none = {name: np.full(n, NULL, np.int64) for name, n in (("app", rows(app)), ("ge", rows(ge)))}
-        merged = {
-            "component": np.concatenate(
-                (
-                    np.full(rows(app), APP, np.int64),
-                    np.where(pta["component"] == WORKSPACE_ALLOCATOR, WORKSPACE, PTA),
-                    np.full(rows(ge), GE, np.int64),
-                )
-            ),
-            "time": np.concatenate((app["time"], pta["time"], ge["time"])),
-            "seq": np.concatenate((app["seq"], pta["seq"], ge["seq"])),
-            "device": np.concatenate((app["device"], pta["device"], ge["device"])),
-            "allocated": np.concatenate((none["app"], pta["allocated"], ge["allocated"])),
-            "reserved": np.concatenate((app["reserved"], pta["reserved"], ge["reserved"])),
-            "active": np.concatenate((none["app"], pta["active"], none["ge"])),
-            "stream": np.concatenate((none["app"], pta["stream"], none["ge"])),
-        }
-        tie = np.minimum(merged["component"], GE)  # APP, then PTA/WORKSPACE, then GE
-        tie = np.where(tie == WORKSPACE, PTA, tie)
-        merged = take(merged, np.lexsort((merged["seq"], tie, merged["time"])))
-        companions = self._companions(merged)
-        n = rows(merged)
-        has = companions.pop("has").astype(bool)
-        position = np.arange(n) + np.cumsum(has) - has  # each row, shifted by the companions before it
-        total = n + int(has.sum())
-        out = {name: np.empty(total, np.int64) for name in (*_LAST, "component", "time")}
-        for name, values in out.items():
-            values[position] = merged[name]
-            values[position[has] + 1] = companions[name][has]
+        """memory_record rows of the final records, each PTA and GE row followed by its PTA+GE row.
+
+        Each part is in (time, arrival) order, so a stable sort by time of app, PTA, GE (in that order)
+        is the (time, component, arrival) order. Updates the latest PTA and GE totals per device.
+        """
+        parts = (app, pta, ge)
+        component = np.concatenate(
+            (
+                np.full(rows(app), APP, np.int64),
+                np.where(pta["component"] == WORKSPACE_ALLOCATOR, WORKSPACE, PTA),
+                np.full(rows(ge), GE, np.int64),
+            )
+        )
+        time = np.concatenate([part["time"] for part in parts])
+        totals = np.full((4, time.size), NULL, np.int64)  # a part without a total leaves it absent
+        start = 0
+        for part in parts:
+            for row, name in enumerate(_TOTALS):
+                if name in part:
+                    totals[row, start : start + rows(part)] = part[name]
+            start += rows(part)
+        unique, slot = _distinct(np.concatenate([part["device"] for part in parts]))
+        latest = np.full((2, 5, unique.size), NULL, np.int64)
+        latest[:, kernels.L_FOUND] = 0
+        for kind, attribute in enumerate(("_last_pta", "_last_ge")):
+            table: Columns = getattr(self, attribute)
+            held = find(table["device"], unique)
+            hit = held >= 0
+            latest[kind, kernels.L_FOUND, hit] = 1
+            for row, name in enumerate(_TOTALS, kernels.L_ALLOCATED):
+                latest[kind, row, hit] = table[name][held[hit]]
+        out = kernels.memory_records(np.argsort(time, kind="stable"), component, slot, time, totals, latest)
+        for kind, attribute in enumerate(("_last_pta", "_last_ge")):
+            table = getattr(self, attribute)
+            found = latest[kind, kernels.L_FOUND] == 1
+            new = {
+                "device": unique[found],
+                **{n: latest[kind, r, found] for r, n in enumerate(_TOTALS, kernels.L_ALLOCATED)},
+            }
+            kept = take(table, ~np.isin(table["device"], unique))
+            setattr(self, attribute, _sorted_by_device(concat(kept, new)))
+        device = out[kernels.R_DEVICE]
         return conform(
             TABLES["memory_record"],
             {
-                "device_id": out["device"].astype(np.int32),
-                "component": _labels(out["component"], COMPONENTS),
-                "time_ns": out["time"],
-                "total_allocated": nullable(out["allocated"]),
-                "total_reserved": nullable(out["reserved"]),
-                "total_active": nullable(out["active"]),
-                "stream_ptr": nullable(out["stream"]),
-                "device_type": _device_tags(out["device"]),
+                "device_id": unique.astype(np.int32)[device],
+                "component": _labels(out[kernels.R_COMPONENT], COMPONENTS),
+                "time_ns": out[kernels.R_TIME],
+                "total_allocated": nullable(out[kernels.R_ALLOCATED]),
+                "total_reserved": nullable(out[kernels.R_RESERVED]),
+                "total_active": nullable(out[kernels.R_ACTIVE]),
+                "stream_ptr": nullable(out[kernels.R_STREAM]),
+                "device_type": _tags(unique, device),
             },
         )
-
-    def _companions(self, merged: Columns) -> Columns:
-        """The PTA+GE row after each PTA and GE row: its totals plus the device's latest of the other.
-
-        Updates the latest PTA and GE totals per device.
-        """
-        n = rows(merged)
-        out = {name: np.full(n, NULL, np.int64) for name in (*_LAST, "component", "time", "has")}
-        out["has"][:] = 0
-        component = merged["component"]
-        for device in np.unique(merged["device"]).tolist():
-            mine = np.flatnonzero(merged["device"] == device)
-            kind = component[mine]
-            for own, other, last in ((PTA, GE, "_last_ge"), (GE, PTA, "_last_pta")):
-                rows_ = mine[kind == own]
-                if not rows_.size:
-                    continue
-                latest = np.maximum.accumulate(np.where(kind == other, mine, -1))[kind == own]
-                carried = find(getattr(self, last)["device"], np.full(rows_.size, device, np.int64))
-                partner = _partner(merged, latest, getattr(self, last), carried)
-                own_values = take(merged, rows_)
-                if own == GE:  # torch_npu counts a GE record's active total as 0 (GeMemoryRecordBean)
-                    own_values["active"] = np.zeros(rows_.size, np.int64)
-                for name in ("allocated", "reserved", "active"):
-                    out[name][rows_] = np.where(
-                        partner["found"] == 0,
-                        own_values[name],
-                        np.where(
-                            (own_values[name] == NULL) | (partner[name] == NULL),
-                            np.where(partner[name] == NULL, own_values[name], partner[name]),
-                            own_values[name] + partner[name],
-                        ),
-                    )
-                out["stream"][rows_] = np.where(
-                    (own_values["stream"] == NULL) | (own_values["stream"] == 0),
-                    partner["stream"],
-                    own_values["stream"],
-                )
-                out["device"][rows_] = device
-                out["component"][rows_] = PTA_GE
-                out["time"][rows_] = own_values["time"]
-                out["has"][rows_] = 1
-            for kind_code, last in ((PTA, "_last_pta"), (GE, "_last_ge")):
-                mine_kind = mine[kind == kind_code]
-                if mine_kind.size:
-                    newest = take(merged, mine_kind[-1:])
-                    table: Columns = getattr(self, last)
-                    kept = take(table, table["device"] != device)
-                    setattr(self, last, _sorted_by_device(concat(kept, {c: newest[c] for c in _LAST})))
-        return out
 
     def _prune(self, until: int) -> None:
         """Forget ops, dequeue windows and enqueues no later record can reach."""
@@ -820,16 +791,6 @@ class Memory(Operator):
 
 def _sorted_by_device(table: Columns) -> Columns:
     return take(table, np.argsort(table["device"], kind="stable"))
-
-
-def _partner(merged: Columns, latest: Int64Array, carried_table: Columns, carried: Int64Array) -> Columns:
-    """Totals of the other component's latest row: in this batch (``latest`` >= 0), else carried."""
-    names = ("allocated", "reserved", "active", "stream")
-    in_batch = gather(merged, latest, names)
-    in_state = gather(carried_table, np.where(latest >= 0, -1, carried), names)
-    out = {name: np.where(latest >= 0, b, s) for name, b, s in zip(names, in_batch, in_state, strict=True)}
-    out["found"] = ((latest >= 0) | (carried >= 0)).astype(np.int64)
-    return out
 
 
 class NpuMemory(RowByRow):
