@@ -240,6 +240,22 @@ def test_names_inside_a_dequeue_window() -> None:
     ]
 
 
+def test_names_of_plain_and_null_op_names() -> None:
+    """An op without a name gives an empty one (not counted as unnamed); ``kind`` and ``name`` columns
+    that are plain strings, not dictionaries, name the same."""
+    tree = ops([(0, None, "cpu_op", None, 1, 0, 100), (1, None, "cpu_op", "aten::add", 1, 20, 30)])
+    plain = pa.RecordBatch.from_arrays(
+        [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c for c in tree.columns],
+        names=tree.schema.names,
+    )
+    records = [(10, M, 1, 8), (25, M, 2, 8)]
+    for batch in (tree, plain):
+        with capture_logs() as logs:
+            out = drive(only_pta(), [("ops", batch), (PTA_IN, pta(records))])
+        assert brief(out["memory"], "alloc_ns", "name") == [(10, ""), (25, "aten::add")]
+        assert unmatched(logs)["unnamed"] == 0
+
+
 def test_names_wait_for_the_ops() -> None:
     """Records are held until the ops stream is complete past them (ops_lag_ns behind the watermark)."""
     op = Memory([0], ge=False, app_devices=(), ops_lag_ns=100)

@@ -222,7 +222,9 @@ def ints(column: pa.Array | pa.ChunkedArray) -> Int64Array:
         column = column.view(pa.int64())
     elif column.type != pa.int64():
         column = column.cast(pa.int64())
-    return np.asarray(column.fill_null(NULL).to_numpy(zero_copy_only=False), np.int64)
+    if column.null_count:
+        column = column.fill_null(NULL)
+    return np.asarray(column.to_numpy(zero_copy_only=False), np.int64)
 
 
 def nullable(values: Int64Array) -> pa.Array:

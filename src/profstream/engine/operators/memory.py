@@ -196,7 +196,24 @@ def _column(batch: pa.RecordBatch, name: str, default: int) -> Int64Array:
     if index < 0:
         return np.full(batch.num_rows, default, np.int64)
     values = ints(batch.column(index))
-    return np.where(values == NULL, default, values)
+    return values if default == NULL else np.where(values == NULL, default, values)
+
+
+def _decoded(column: pa.Array | pa.ChunkedArray) -> tuple[list[str], Int64Array]:
+    """A string column as the texts of its dictionary (a null as "", one more "" last) and each row's
+    index into them (a null row: the last)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    texts = [*column.dictionary.cast(pa.string()).fill_null("").to_pylist(), ""]
+    index = ints(column.indices)
+    return texts, np.where(index == NULL, len(texts) - 1, index)
+
+
+def _is(texts: list[str], index: Int64Array, wanted: str) -> BoolArray:
+    """Rows whose text (:func:`_decoded`) is ``wanted``."""
+    return np.asarray([t == wanted for t in texts])[index]
 
 
 def _unsigned_bytes(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -332,7 +349,8 @@ class Memory(Operator):
     def _add_pta(self, batch: pa.RecordBatch) -> None:
         npu = _column(batch, "device_type", NPU_DEVICE_TYPE) == NPU_DEVICE_TYPE
         self._counts["pta_not_npu"] += int((~npu).sum())
-        batch = batch.filter(pa.array(npu))
+        if not npu.all():
+            batch = batch.filter(pa.array(npu))
         size = _column(batch, "alloc_size", 0)
         kind = _column(batch, "data_type", NULL)
         kind = np.where(kind == NULL, np.where(size > 0, MALLOC, FREE), kind)
@@ -360,7 +378,8 @@ class Memory(Operator):
     def _add_ge(self, batch: pa.RecordBatch) -> None:
         whole = _column(batch, "data_len", GE_MIN_DATA_LEN) >= GE_MIN_DATA_LEN
         self._counts["ge_short_records"] += int((~whole).sum())
-        batch = batch.filter(pa.array(whole))
+        if not whole.all():
+            batch = batch.filter(pa.array(whole))
         new = {
             "time": _column(batch, "time_ns", 0),
             "seq": self._seqs(batch.num_rows),
@@ -386,50 +405,44 @@ class Memory(Operator):
         }
         self._app.append(new)
 
-    def _code(self, names: pa.Array) -> Int64Array:
-        """Integer codes of op names."""
-        encoded = pc.dictionary_encode(names.cast(pa.string()).fill_null(""))
-        codes = []
-        for name in encoded.dictionary.to_pylist():
+    def _code(self, texts: list[str], index: Int64Array) -> Int64Array:
+        """Integer codes of op names ``texts[index]``, new names coded in the order they first come."""
+        distinct, first = np.unique(index, return_index=True)
+        code_of = np.full(len(texts), -1, np.int64)
+        for at_ in distinct[np.argsort(first)].tolist():
+            name = texts[at_]
             if name not in self._codes:
                 self._codes[name] = len(self._names)
                 self._names.append(name)
-            codes.append(self._codes[name])
-        index = encoded.indices.to_numpy(zero_copy_only=False)
-        return np.asarray(np.asarray(codes, np.int64)[index], np.int64)
+            code_of[at_] = self._codes[name]
+        return code_of[index]
 
     def _add_ops(self, batch: pa.RecordBatch) -> None:
-        kind = batch.column("kind").cast(pa.string())
-        names = batch.column("name").cast(pa.string()).fill_null("")
-        cpu = pc.equal(kind, "cpu_op").to_numpy(zero_copy_only=False)
-        ops = batch.filter(pa.array(cpu))
-        op_names = names.filter(pa.array(cpu))
-        owner = pc.or_(*(pc.starts_with(op_names, p) for p in OWNER_PREFIXES))
-        candidate = pc.invert(pc.is_in(op_names, pa.array(EXCLUDED_OPS)))
-        new = {
-            "id": ints(ops.column("op_id")),
-            "parent": ints(ops.column("parent_id")),
-            "pid": ints(ops.column("pid")),
-            "tid": ints(ops.column("tid")),
-            "start": ints(ops.column("start_ns")),
-            "end": ints(ops.column("end_ns")),
-            "name": self._code(op_names),
-            "owner": owner.to_numpy(zero_copy_only=False).astype(np.int64),
-            "candidate": candidate.to_numpy(zero_copy_only=False).astype(np.int64),
+        kinds, kind = _decoded(batch.column("kind"))
+        texts, name = _decoded(batch.column("name"))
+        columns = {
+            "id": "op_id",
+            "parent": "parent_id",
+            "pid": "pid",
+            "tid": "tid",
+            "start": "start_ns",
+            "end": "end_ns",
+            "corr": "correlation_id",
         }
+        values = {column: ints(batch.column(field)) for column, field in columns.items()}
+        cpu = _is(kinds, kind, "cpu_op")
+        name = name[cpu]
+        owner = np.asarray([t.startswith(OWNER_PREFIXES) for t in texts], np.int64)
+        candidate = np.asarray([t not in EXCLUDED_OPS for t in texts], np.int64)
+        new = {column: values[column][cpu] for column in _OPS[:6]}
+        new |= {"name": self._code(texts, name), "owner": owner[name], "candidate": candidate[name]}
         self._ops = concat(self._ops, new)
-        for queue, table in (("enqueue", "_enq"), ("dequeue", "_deq")):
-            picked = batch.filter(pc.equal(kind, queue))
-            cols = {
-                "corr": ints(picked.column("correlation_id")),
-                "pid": ints(picked.column("pid")),
-                "tid": ints(picked.column("tid")),
-                "start": ints(picked.column("start_ns")),
-                "end": ints(picked.column("end_ns")),
-                "name": np.full(picked.num_rows, _UNRESOLVED, np.int64),
-            }
-            names_ = _ENQ if queue == "enqueue" else _DEQ
-            setattr(self, table, concat(getattr(self, table), {c: cols[c] for c in names_}))
+        for queue, table, names_ in (("enqueue", "_enq", _ENQ), ("dequeue", "_deq", _DEQ)):
+            picked = _is(kinds, kind, queue)
+            new = {column: values[column][picked] for column in names_ if column != "name"}
+            if "name" in names_:
+                new["name"] = np.full(int(picked.sum()), _UNRESOLVED, np.int64)
+            setattr(self, table, concat(getattr(self, table), new))
         if len(self._names) >= self._names_limit:
             self._forget_names()
 
