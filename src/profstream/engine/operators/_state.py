@@ -49,55 +49,67 @@ def take(columns: Columns, index: Any) -> Columns:
     return {name: values[index] for name, values in columns.items()}
 
 
-def split_before(columns: Columns, times: Int64Array, until: int) -> tuple[Columns, Columns]:
+def split_before(
+    columns: Columns, times: Int64Array, until: int, ascending: bool | None = None
+) -> tuple[Columns, Columns]:
     """(rows with ``times < until``, the rest), both in their order.
 
     Buffers mostly arrive in time order: then the split is a prefix and costs two views, not a copy
     of everything still pending (which made operators with a long reorder window quadratic).
+    ``ascending``: whether ``times`` are known to be in order (None: look).
     """
-    if times.size < 2 or bool(np.all(times[1:] >= times[:-1])):
+    if ascending is None:
+        ascending = _ascending(times)
+    if ascending:
         cut = int(np.searchsorted(times, until, side="left"))
         return {k: v[:cut] for k, v in columns.items()}, {k: v[cut:] for k, v in columns.items()}
     ready = times < until
     return take(columns, ready), take(columns, ~ready)
 
 
+def _ascending(times: Int64Array) -> bool:
+    return times.size < 2 or bool(np.all(times[1:] >= times[:-1]))
+
+
 class Pending:
     """Rows waiting for a time horizon, kept as the chunks they arrived in.
 
     Appending is O(1) and taking the rows before a time touches only the chunks that hold some, so a
-    long window of pending rows is not copied on every push and every advance.
+    long window of pending rows is not copied on every push and every advance. Whether a chunk is in
+    time order is looked at once, when it comes.
     """
 
     def __init__(self, names: tuple[str, ...], rows: Columns | None = None) -> None:
         self.names = names
-        self._chunks: list[Columns] = [] if rows is None or not len(rows[names[0]]) else [rows]
+        self._chunks: list[tuple[Columns, bool]] = []  # each with whether it is in time order
+        if rows is not None:
+            self.append(rows)
 
     def append(self, new: Columns) -> None:
         if len(new[self.names[0]]):
-            self._chunks.append(new)
+            self._chunks.append((new, _ascending(new["time"])))
 
     def take_before(self, until: int) -> Columns:
         """Remove and return the rows with ``time < until``, in arrival order."""
         taken: list[Columns] = []
-        kept: list[Columns] = []
-        for chunk in self._chunks:
-            ready, rest = split_before(chunk, chunk["time"], until)
+        kept: list[tuple[Columns, bool]] = []
+        for chunk, ascending in self._chunks:
+            ready, rest = split_before(chunk, chunk["time"], until, ascending)
             if len(ready[self.names[0]]):
                 taken.append(ready)
             if len(rest[self.names[0]]):
-                kept.append(rest)
+                kept.append((rest, ascending))
         self._chunks = kept
         return self._joined(taken)
 
     def times_before(self, until: int) -> Int64Array:
         """The times of the rows with ``time < until`` (left pending)."""
-        times = [chunk["time"] for chunk in self._chunks]
+        times = [chunk["time"] for chunk, _ in self._chunks]
         return np.concatenate([t[t < until] for t in times]) if times else np.empty(0, np.int64)
 
     def columns(self) -> Columns:
         """Every pending row as one table (for snapshots)."""
-        return self._joined(self._chunks)
+        return self._joined([chunk for chunk, _ in self._chunks])
 
     def _joined(self, chunks: list[Columns]) -> Columns:
         if not chunks:
@@ -204,7 +216,7 @@ def slice_starts(times: Int64Array, size: int) -> list[int]:
     operator emits a large release slice by slice, as smaller watermark steps would have."""
     if times.size <= size:
         return []
-    return [int(bound) for bound in np.unique(np.sort(times)[size::size])]
+    return [int(bound) for bound in np.unique(np.sort(times, kind="stable")[size::size])]  # runs: timsort
 
 
 def horizon(watermark: int, lag: int) -> int:

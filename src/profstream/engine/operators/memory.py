@@ -228,7 +228,7 @@ def last_at_or_before(keys: tuple[Int64Array, ...], queries: tuple[Int64Array, .
     n = keys[2].size
     pid, tid, time = (np.concatenate((k, q)) for k, q in zip(keys, queries, strict=True))
     is_query = np.arange(time.size) >= n
-    order = np.lexsort((np.arange(time.size), is_query, time, tid, pid))
+    order = np.lexsort((time, tid, pid))  # stable: at equal keys, rows before queries, each in order
     group = np.r_[True, _changes(pid[order], tid[order])]
     position = np.arange(order.size)
     group_start = np.maximum.accumulate(np.where(group, position, 0))
@@ -632,7 +632,8 @@ class Memory(Operator):
         )
         self._ge_base += rows(ge)
         allocated = found.alloc_seq != NO_SEQ  # a release without its allocation makes no row
-        found = kernels.GeRows._make(c[..., allocated] for c in found)
+        if not allocated.all():
+            found = kernels.GeRows._make(c[..., allocated] for c in found)
         op, device = found.keys[0], found.keys[3]
         ids = pa.array(op.view(np.uint64))
         names = resolve(ids, self.hashes) if self.hashes is not None else pc.cast(ids, pa.string())
