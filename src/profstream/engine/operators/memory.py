@@ -173,6 +173,15 @@ def _distinct(devices: Int64Array) -> tuple[Int64Array, Int64Array]:
     return unique, index
 
 
+def _distinct_codes(codes: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """``np.unique(codes, return_inverse=True)`` of small codes (>= -1), by counting instead of sorting."""
+    seen = np.bincount(codes + 1) if codes.size else np.zeros(0, np.int64)
+    used = np.flatnonzero(seen)
+    rank = np.zeros(seen.size, np.int64)
+    rank[used] = np.arange(used.size)
+    return used - 1, rank[codes + 1]
+
+
 def _device_tags(devices: Int64Array) -> pa.Array:
     """``NPU:<id>`` per row, dictionary-encoded."""
     return _tags(*_distinct(devices))
@@ -569,7 +578,7 @@ class Memory(Operator):
 
     def _pta_rows(self, pta: Columns, *, final: bool) -> pa.RecordBatch:
         """``operator_memory`` rows of the inner allocator's groups that closed (all, if final)."""
-        inner = take(pta, pta["inner"] == 1)
+        inner = dict(pta) if pta["inner"].all() else take(pta, pta["inner"] == 1)
         malloc = inner["kind"] == MALLOC
         name = np.full(rows(inner), -1, np.int64)
         name[malloc] = self._op_names(inner["pid"][malloc], inner["tid"][malloc], inner["time"][malloc])
@@ -594,7 +603,7 @@ class Memory(Operator):
         def after(name_: str) -> pa.Array:
             return nullable(np.where(released, release[name_], NULL))
 
-        used, index = np.unique(alloc["name"], return_inverse=True)  # -1: no name, ""
+        used, index = _distinct_codes(alloc["name"])  # -1: no name, ""
         words = pa.array([self._names[code] if code >= 0 else "" for code in used.tolist()], pa.string())
         return conform(
             TABLES["memory"],
