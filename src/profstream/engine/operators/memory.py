@@ -566,10 +566,10 @@ class Memory(Operator):
         """Remove and return the records before ``until``, in (time, arrival) order."""
         pending: Pending = getattr(self, attribute)
         picked = pending.take_before(until)
-        order = np.lexsort((picked["seq"], picked["time"]))
-        if bool(np.all(order[1:] > order[:-1])):  # already in order: keep the views
-            return picked
-        return take(picked, order)
+        time, seq = picked["time"], picked["seq"]
+        if np.all((time[1:] > time[:-1]) | ((time[1:] == time[:-1]) & (seq[1:] > seq[:-1]))):
+            return picked  # already in order: keep the views
+        return take(picked, np.lexsort((seq, time)))
 
     def _memory_rows(self, pta: Columns, ge: Columns, *, final: bool) -> pa.RecordBatch:
         parts = [self._pta_rows(pta, final=final), self._ge_rows(ge, final=final)]
