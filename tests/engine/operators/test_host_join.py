@@ -582,27 +582,33 @@ TENSOR = st.tuples(
 
 @given(st.lists(st.lists(TENSOR, min_size=1, max_size=5), min_size=1, max_size=12))
 def test_tensor_texts_are_each_tensors_own(records: list[list[Any]]) -> None:
-    """Descriptions repeat within a batch and are formatted once each: every tensor still gets the
-    text of its own description."""
-    rows = host_join.tensor_rows(tensor_info([(T, 200 + i, OP_A, r) for i, r in enumerate(records)]), 0)
-    tensors = [t for r in records for t in r]
-    for k, (_, fmt, sub, dtype, dims) in enumerate(tensors):
-        own = host_join.tensor_descriptions(
-            np.array([dims + [0] * (8 - len(dims))]), np.array([fmt]), np.array([sub]), np.array([dtype])
-        )
-        assert [rows.column(n)[k].as_py() for n in own] == [own[n][0].as_py() for n in own]
+    """Descriptions repeat within a batch and are formatted once each: every record still gets the
+    texts of its own tensors, in slot order, null for a side without one."""
+    rows = host_join.tensor_records(tensor_info([(T, 200 + i, OP_A, r) for i, r in enumerate(records)]), 0)
+    for k, record in enumerate(records):
+        for side, prefix in ((0, "input"), (1, "output")):
+            own = [
+                host_join.tensor_descriptions(
+                    np.array([dims + [0] * (8 - len(dims))]), np.array([f]), np.array([s]), np.array([d])
+                )
+                for kind, f, s, d, dims in record
+                if kind == side
+            ]
+            for field, name in (("shape", "shapes"), ("data_type", "data_types"), ("format", "formats")):
+                expected = ";".join(o[field][0].as_py() for o in own) if own else None
+                assert rows.column(f"{prefix}_{name}")[k].as_py() == expected
 
 
 def test_repeated_tensor_descriptions_print_like_the_first_one() -> None:
     same = (0, 2, 0, 1, [8, 1024, 1])
     other = (1, 29, 0, 27, [2, 2])
-    rows = host_join.tensor_rows(
+    rows = host_join.tensor_records(
         tensor_info([(T, 200, OP_A, [same, other, same]), (T, 300, OP_B, [other, same])]), 0
     )
-    assert rows.column("shape").to_pylist() == ["8,1024,1", "2,2", "8,1024,1", "2,2", "8,1024,1"]
-    assert rows.column("format").to_pylist() == ["ND", "FRACTAL_NZ", "ND", "FRACTAL_NZ", "ND"]
-    assert rows.column("data_type").to_pylist() == ["FLOAT16", "DT_BF16", "FLOAT16", "DT_BF16", "FLOAT16"]
-    assert rows.column("output").to_pylist() == [False, True, False, True, False]
+    assert rows.column("input_shapes").to_pylist() == ["8,1024,1;8,1024,1", "8,1024,1"]
+    assert rows.column("output_formats").to_pylist() == ["FRACTAL_NZ", "FRACTAL_NZ"]
+    assert rows.column("input_data_types").to_pylist() == ["FLOAT16;FLOAT16", "FLOAT16"]
+    assert rows.column("tensors").to_pylist() == [3, 2]
 
 
 def test_every_launch_keeps_its_own_kernel_name_when_hash_dic_holds_it() -> None:

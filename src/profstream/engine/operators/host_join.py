@@ -239,17 +239,15 @@ _MEMCPY = pa.schema(
         ("direction", I64T),
     ]
 )
-#: one row per tensor, its text already formatted
+#: one row per tensor_info record with a tensor, the texts of its tensors already joined
 _TENSORS = pa.schema(
     [
         ("thread_id", I64T),
         ("time_ns", I64T),
         ("seq", I64T),
         ("op_name_hash", U64T),
-        ("output", pa.bool_()),
-        ("shape", STR),
-        ("format", STR),
-        ("data_type", STR),
+        ("tensors", I64T),
+        *[(name, STR) for name in TENSOR_COLUMNS],
     ]
 )
 HOST_COLUMNS = (
@@ -322,12 +320,13 @@ def _join_lists(texts: pa.Array, groups: I64, count: int, separator: str) -> pa.
     return pc.if_else(pa.array(sizes > 0), joined, pa.scalar(None, STR))
 
 
-def tensor_rows(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
-    """tensor_info records as one row per tensor (the first ``tensor_num`` slots) with msprof's text.
+def tensor_records(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
+    """tensor_info records with an input or output tensor (of the first ``tensor_num`` slots), one row
+    each with the six texts of its tensors in slot order (msprof's text; null for a side with none).
 
     A training step launches the same ops on the same shapes again and again (a simulated batch of
     16,500 tensors holds 41 distinct descriptions), so each distinct (dims, format, sub-format, data
-    type) is formatted once.
+    type) is formatted once, and each distinct list of them on a record's side joined once.
     """
     n = batch.num_rows
     used = np.arange(MAX_TENSORS) < column(batch, "tensor_num")[:, None]
@@ -343,17 +342,30 @@ def tensor_rows(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
     first = np.zeros(int(which.max(initial=-1)) + 1, np.int64)
     first[which] = np.arange(len(which))  # a tensor of each description
     texts = tensor_descriptions(dims[first], fmt[first], sub[first], dtype[first])
-    index = pa.array(which)
-    return pa.table(
-        {
-            "thread_id": pa.array(column(batch, "thread_id")[record]),
-            "time_ns": pa.array(column(batch, "time_ns")[record]),
-            "seq": pa.array(first_seq + record * MAX_TENSORS + slot),
-            "op_name_hash": pa.array(column(batch, "op_name_hash", np.uint64)[record]),
-            "output": pa.array(kind[record, slot] == TENSOR_OUTPUT),
-            **{name: text.take(index) for name, text in texts.items()},
-        }
-    ).cast(_TENSORS)
+    # each (record, side) as the description in each of its slots, -1 where a slot is not its
+    sides = np.full((n, 2, MAX_TENSORS), -1, np.int64)
+    sides[record, (kind[record, slot] == TENSOR_OUTPUT).astype(np.int64), slot] = which
+    sides = sides.reshape(2 * n, MAX_TENSORS)
+    side = dense_ids(*sides.T)  # one id per distinct list of descriptions
+    count = int(side.max(initial=-1)) + 1
+    one = np.zeros(count, np.int64)
+    one[side] = np.arange(2 * n)  # a (record, side) of each distinct list
+    owner, _ = np.nonzero(sides[one] >= 0)
+    members = pa.array(sides[one][sides[one] >= 0])
+    kept = np.flatnonzero(used.any(axis=1))
+    side = side.reshape(n, 2)[kept]
+    columns = {
+        "thread_id": pa.array(column(batch, "thread_id")[kept]),
+        "time_ns": pa.array(column(batch, "time_ns")[kept]),
+        "seq": pa.array(first_seq + kept * MAX_TENSORS),
+        "op_name_hash": pa.array(column(batch, "op_name_hash", np.uint64)[kept]),
+        "tensors": pa.array(used.sum(axis=1)[kept]),
+    }
+    for s, prefix in enumerate(("input", "output")):
+        for field, name in (("shape", "shapes"), ("data_type", "data_types"), ("format", "formats")):
+            joined = _join_lists(texts[field].take(members), owner, count, ";")
+            columns[f"{prefix}_{name}"] = joined.take(pa.array(side[:, s]))
+    return pa.table(columns).cast(_TENSORS)
 
 
 def tensor_descriptions(dims: Array, fmt: I64, sub: I64, dtype: Array) -> dict[str, pa.Array]:
@@ -517,7 +529,7 @@ class HostJoin(Operator):
         elif stream == "node_basic_info":
             self._add_basic(batch)
         elif stream == "tensor_info":
-            self._tensors = append(self._tensors, tensor_rows(batch, self._seq))
+            self._tensors = append(self._tensors, tensor_records(batch, self._seq))
             self._seq += batch.num_rows * 5
         elif stream == "memcpy_info":
             self._add_memcpy(batch)
@@ -655,7 +667,9 @@ class HostJoin(Operator):
         )
         aging = gather(column(basic, "aging", np.bool_), record)
         op_flag = gather(column(basic, "op_flag"), record)
-        tensors = self._tensor_texts(node, np.where(has, op_hash, gather(items, node)))
+        tensors = self._tensor_texts(
+            np.where(compute | in_hccl, node, -1), np.where(has, op_hash, gather(items, node))
+        )
         launch_api = np.where(node >= 0, node, acl)
         model_id = np.where(model >= 0, gather(items, model).view(np.int64), schema.NO_ID)
         missing = launch_api < 0
@@ -682,12 +696,11 @@ class HostJoin(Operator):
             "model_id": pa.array(model_id),
             "connection_id": pa.array(gather(connections, launch_api), mask=missing),
             "launch_ns": pa.array(gather(starts, launch_api), mask=missing),
+            **tensors,
             "launch_thread_id": pa.array(threads),
             "launch_level": pick((node >= 0, "node"), (acl >= 0, "acl")),
             **self._memcpy_shares(launches, flag(pc.equal(host_type, MEMCPY_ASYNC))),
         }
-        for name in TENSOR_COLUMNS:
-            columns[name] = pc.if_else(pa.array(compute | in_hccl), tensors[name], pa.scalar(None, STR))
         return pa.table(columns).select(_DESCRIBED.names).cast(_DESCRIBED)
 
     def _memcpy_shares(self, launches: pa.Table, copies: npt.NDArray[np.bool_]) -> dict[str, pa.Array]:
@@ -743,7 +756,7 @@ class HostJoin(Operator):
     def _tensor_texts(self, node: I64, op_hash: Array) -> dict[str, pa.Array]:
         """The six tensor texts of each launch: the last tensor group of its node API and op name.
 
-        Texts are built only for the groups some launch picks: most held groups wait for launches
+        Texts are joined only for the groups some launch picks: most held groups wait for launches
         still to come, and joining their texts on every call cost more than the rest of the join.
         """
         rows = self._tensors
@@ -772,16 +785,17 @@ class HostJoin(Operator):
         slot[used] = np.arange(len(used), dtype=np.int64)
         wanted = np.flatnonzero(slot[group] >= 0)
         wanted_group = slot[group[wanted]]
-        output = column(rows, "output", np.bool_)[wanted]
-        order = np.lexsort((column(rows, "seq")[wanted], output, wanted_group))
-        texts: dict[str, pa.Array] = {}
-        for side, prefix in ((False, "input"), (True, "output")):
-            sel = order[output[order] == side]
-            for field, name in (("shape", "shapes"), ("data_type", "data_types"), ("format", "formats")):
-                values = rows.column(field).combine_chunks().take(pa.array(wanted[sel]))
-                texts[f"{prefix}_{name}"] = _join_lists(values, wanted_group[sel], len(used), ";")
+        order = np.lexsort((column(rows, "seq")[wanted], wanted_group))
+        records, groups = pa.array(wanted[order]), wanted_group[order]
         launch_slot = np.where(pick >= 0, slot[np.maximum(pick, 0)], -1)
-        return {name: encode(texts[name], launch_slot) for name in TENSOR_COLUMNS}
+        texts: dict[str, pa.Array] = {}
+        for name in TENSOR_COLUMNS:
+            values = rows.column(name).take(records).combine_chunks()
+            if len(groups) > len(used):  # a group of several records: their texts in order
+                present = values.is_valid().to_numpy(zero_copy_only=False)
+                values = _join_lists(values.filter(pa.array(present)), groups[present], len(used), ";")
+            texts[name] = encode(values, launch_slot)
+        return texts
 
     def _whole_tasks(self, ready: npt.NDArray[np.bool_]) -> npt.NDArray[np.bool_]:
         """``ready`` without the rows from the first task row on whose sub-task rows (a MIX or FFTS+
@@ -848,7 +862,8 @@ class HostJoin(Operator):
         ends = self._apis.col("end_ns")
         placed = api >= 0
         orphan = ~placed & (times < located)
-        self.counts[counter] += int(orphan.sum())
+        sizes = column(rows, "tensors") if "tensors" in rows.schema.names else 1  # counted per tensor
+        self.counts[counter] += int((orphan * sizes).sum())
         keep = (placed & (gather(ends, api) >= cutoff)) | (~placed & ~orphan)
         return rows.filter(pa.array(keep))
 
