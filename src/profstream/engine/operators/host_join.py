@@ -68,10 +68,11 @@ end of its node API (all its node records are in). A device task is final when e
 its start is described. State: APIs that still end after the oldest undescribed launch, node records
 of those APIs (or not yet placed), undescribed launches, described launches (per (stream, task) only
 the newest older than the join point, so at most one per task id), and device tasks waiting for
-their launches. Unaging node info can be given up front (``node_info``, ``tensor_info``): the feeds
-deliver unaging slices before aging ones, so streaming both would break time order; such tables are
-held until their APIs pass. Not used: ``context_id_info`` (the device side already gives the context
-ids; every context of a task gets the launch's op).
+their launches, in start order (they arrive so; a batch that does not is sorted in), so the tasks
+that can join are a prefix of them. Unaging node info can be given up front (``node_info``,
+``tensor_info``): the feeds deliver unaging slices before aging ones, so streaming both would break
+time order; such tables are held until their APIs pass. Not used: ``context_id_info`` (the device
+side already gives the context ids; every context of a task gets the launch's op).
 
 **Memcpy sizes** (``memcpy_info``, streamed): the runtime reports one record per copy API, on the
 API's thread at the time stamp of the task_track of the MEMCPY_ASYNC task(s) it launched. A
@@ -419,23 +420,32 @@ class ApiTree:
         self.levels = tuple(levels)
         self.rows = empty(API_STATE) if rows is None else rows
         self._index: dict[int, tuple[I64, Intervals]] = {}
+        self._columns: dict[tuple[str, npt.DTypeLike], Array] = {}
 
     def __len__(self) -> int:
         return int(self.rows.num_rows)
 
     def add(self, batch: pa.RecordBatch) -> None:
         self.rows = append(self.rows, api_rows(batch, self.levels))
-        self._index.clear()
+        self._changed()
 
     def keep_ending_after(self, cutoff: int) -> None:
         """Drop the APIs that end before ``cutoff``."""
         ends = self.col("end_ns")
         if (ends < cutoff).any():
             self.rows = self.rows.filter(pa.array(ends >= cutoff))
-            self._index.clear()
+            self._changed()
+
+    def _changed(self) -> None:
+        self._index.clear()
+        self._columns.clear()
 
     def col(self, name: str, dtype: npt.DTypeLike = np.int64) -> Array:
-        return column(self.rows, name, dtype)
+        """A column as numpy, read once per change of the rows (every launch and record asks)."""
+        key = (name, dtype)
+        if key not in self._columns:
+            self._columns[key] = column(self.rows, name, dtype)
+        return self._columns[key]
 
     def inner(self, level: int, threads: Array, times: Array) -> I64:
         """Row of the innermost API of ``level`` containing each (thread, time), or -1."""
@@ -518,8 +528,7 @@ class HostJoin(Operator):
 
     def push(self, stream: str, batch: pa.RecordBatch) -> None:
         if stream == self._device_input:
-            columns = {name: batch.column(name) for name in self._device_schema.names}
-            self._device = append(self._device, pa.table(columns))
+            self._add_device(batch)
         elif stream == "task_track":
             self._add_launches(batch)
         elif stream == "api":
@@ -536,6 +545,16 @@ class HostJoin(Operator):
         else:
             msg = f"HostJoin has no input {stream!r}"
             raise ValueError(msg)
+
+    def _add_device(self, batch: pa.RecordBatch) -> None:
+        """Hold device tasks in start order (stable: equal starts keep their arrival order)."""
+        held = self._device
+        starts = column(batch, "start_ns")
+        columns = {name: batch.column(name) for name in self._device_schema.names}
+        self._device = append(held, pa.table(columns))
+        latest = held.column("start_ns")[-1].as_py() if held.num_rows else np.iinfo(np.int64).min
+        if len(starts) and (starts[0] < latest or (starts[1:] < starts[:-1]).any()):
+            self._device = _in_start_order(self._device)
 
     def _add_launches(self, batch: pa.RecordBatch) -> None:
         rows = batch.filter(pa.array(launched_on(batch, self.device_id)))
@@ -815,12 +834,12 @@ class HostJoin(Operator):
         return np.asarray(ready & (starts < starts[split].min()), np.bool_)
 
     def _join(self, ready: npt.NDArray[np.bool_]) -> list[Emit]:
-        """Emit the ``ready`` device tasks with the latest described launch of their key before them."""
-        if not ready.any():
+        """Emit the ``ready`` device tasks (a prefix of the held ones, which are in start order) with the
+        latest described launch of their key before them."""
+        count = int(ready.sum())
+        if not count:
             return []
-        tasks = self._device.filter(pa.array(ready))
-        self._device = self._device.filter(pa.array(~ready))
-        tasks = tasks.take(pa.array(np.argsort(column(tasks, "start_ns"), kind="stable")))
+        tasks, self._device = self._device.slice(0, count), self._device.slice(count)
         stream, task = column(tasks, "stream_id"), column(tasks, "task_id")
         keys = task_key(stream, task, column(tasks, "batch_id"))
         found = latest_before(
@@ -889,7 +908,7 @@ class HostJoin(Operator):
 
     def restore(self, state: bytes) -> None:
         doc = unpack_state(state)
-        self._device = thawed(doc["device"], self._device_schema)
+        self._device = _in_start_order(thawed(doc["device"], self._device_schema))
         self._launches = thawed(doc["launches"], _LAUNCHES)
         self._described = thawed(doc["described"], _DESCRIBED)
         self._settled = SettledLaunches.restored(_DESCRIBED, doc["settled"])
@@ -901,6 +920,10 @@ class HostJoin(Operator):
         self._seq = int(doc["seq"])
         self._evicted_at = (int(doc["evicted_at"][0]), int(doc["evicted_at"][1]))
         self.counts = {k: int(v) for k, v in doc["counts"].items()}
+
+
+def _in_start_order(tasks: pa.Table) -> pa.Table:
+    return tasks.take(pa.array(np.argsort(column(tasks, "start_ns"), kind="stable")))
 
 
 def _lookup(values: pa.Array, names: Sequence[str]) -> I64:
