@@ -127,22 +127,22 @@ class SettledLaunches:
         self._pairs = np.insert(self._pairs, where[~known], pairs[~known])
         self._at = np.insert(self._at, where[~known], slots[~known])
         self._reserve(len(self._pairs))
-        rows = described.take(pa.array(chosen))
         placement = _Placement(slots)
-        for name in self.described.names:
-            values = rows.column(name).combine_chunks()
+        for name in self.described.names:  # each column read whole, its chosen rows picked in numpy
+            values = described.column(name).combine_chunks()
             if name in self._text:
-                self._scatter(name, placement, self._codes(name, values))
+                self._scatter(name, placement, self._codes(name, values, chosen))
                 if len(self._words[name]) > self._word_limit[name]:
                     self._forget_words(name)
             else:
-                if values.null_count and name not in self._valid:
+                valid = values.is_valid().to_numpy(zero_copy_only=False)[chosen]
+                if not valid.all() and name not in self._valid:
                     self._valid[name] = [np.ones(SLOT_BLOCK, np.bool_) for _ in self._blocks[name]]
                 if name in self._valid:
-                    placement.scatter(self._valid[name], values.is_valid().to_numpy(zero_copy_only=False))
+                    placement.scatter(self._valid[name], valid)
                 dtype = self._dtypes[name]
                 filled = values.fill_null(dtype.type(0).item()).to_numpy(zero_copy_only=False)
-                self._scatter(name, placement, np.asarray(filled, dtype))
+                self._scatter(name, placement, np.asarray(filled[chosen], dtype))
 
     def _scatter(self, name: str, placement: _Placement, values: Block) -> None:
         """Write a column's ``values`` to their slots, first widening its blocks if one does not fit."""
@@ -160,13 +160,15 @@ class SettledLaunches:
             for valid in self._valid.values():
                 valid.append(np.zeros(SLOT_BLOCK, np.bool_))
 
-    def _codes(self, name: str, values: pa.Array) -> Block:
-        """The column's codes of ``values`` (-1 for null), adding words it has not seen."""
+    def _codes(self, name: str, values: pa.Array, chosen: I64) -> Block:
+        """The column's codes of ``values[chosen]`` (-1 for null), adding words it has not seen (in
+        the order they first appear there)."""
         if not pa.types.is_dictionary(values.type):  # known words map in one hash lookup each
             found = pc.index_in(values, value_set=self._word_array(name))
             if found.null_count == values.null_count:
-                return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int32)
-        encoded = values.dictionary_encode()  # (a dictionary column comes back as it is)
+                return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), np.int32)[chosen]
+        # (a dictionary column comes back as it is)
+        encoded = values.take(pa.array(chosen)).dictionary_encode()
         codes = self._words[name]
         words = encoded.dictionary.to_pylist()
         mapping = np.array([codes.setdefault(word, len(codes)) for word in words] + [-1], np.int32)
@@ -297,13 +299,14 @@ class SettledLaunches:
         older = settled >= 0
         if not older.any():
             return recent.take(pa.array(found, mask=found < 0)), found >= 0
-        oldest = self.take(settled)
         if older.all():
-            return oldest, older
-        newer = recent.take(pa.array(found, mask=found < 0))
-        use = pa.array(older)
-        rows = {n: pc.if_else(use, oldest.column(n), newer.column(n)) for n in self.described.names}
-        return pa.table(rows), older | (found >= 0)
+            return self.take(settled), older
+        # the few settled rows go after the recent ones, and one take picks each query's row
+        at = np.flatnonzero(older)
+        rows = pa.concat_tables([recent, self.take(settled[at]).cast(self.described)])
+        found = found.copy()
+        found[at] = recent.num_rows + np.arange(len(at))
+        return rows.take(pa.array(found, mask=found < 0)), found >= 0
 
 
 def _joined(blocks: list[Block], count: int, dtype: npt.DTypeLike) -> Block:
