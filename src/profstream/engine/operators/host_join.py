@@ -861,8 +861,8 @@ class HostJoin(Operator):
         """Drop state no launch or device task can need any more (see the module docstring)."""
         self._evicted_at = (joined_until, located)
         old = column(self._described, "time_ns") < joined_until
-        if old.any():
-            self._settled.add(self._described.filter(pa.array(old)))
+        if old.any():  # usually all of them (launches are mostly described in time order)
+            self._settled.add(self._described if old.all() else self._described.filter(pa.array(old)))
             self._described = self._described.filter(pa.array(~old))
         pending = column(self._launches, "time_ns")
         cutoff = min(located, int(pending.min())) if len(pending) else located
