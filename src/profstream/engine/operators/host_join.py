@@ -421,6 +421,7 @@ class ApiTree:
         self.rows = empty(API_STATE) if rows is None else rows
         self._index: dict[int, tuple[I64, Intervals]] = {}
         self._columns: dict[tuple[str, npt.DTypeLike], Array] = {}
+        self._placed: dict[int, tuple[pa.Table, I64]] = {}
 
     def __len__(self) -> int:
         return int(self.rows.num_rows)
@@ -439,6 +440,7 @@ class ApiTree:
     def _changed(self) -> None:
         self._index.clear()
         self._columns.clear()
+        self._placed.clear()
 
     def col(self, name: str, dtype: npt.DTypeLike = np.int64) -> Array:
         """A column as numpy, read once per change of the rows (every launch and record asks)."""
@@ -446,6 +448,17 @@ class ApiTree:
         if key not in self._columns:
             self._columns[key] = column(self.rows, name, dtype)
         return self._columns[key]
+
+    def node_of(self, records: pa.Table) -> I64:
+        """:meth:`inner` node API of each record (``thread_id``, ``time_ns``). The answers for the
+        last two tables asked are kept until the APIs change: node records are placed to describe
+        launches and again to evict them."""
+        if id(records) not in self._placed:
+            if len(self._placed) == 2:
+                del self._placed[next(iter(self._placed))]
+            found = self.inner(NODE_LEVEL, column(records, "thread_id"), column(records, "time_ns"))
+            self._placed[id(records)] = (records, found)  # the table held, so its id stays its own
+        return self._placed[id(records)][1]
 
     def inner(self, level: int, threads: Array, times: Array) -> I64:
         """Row of the innermost API of ``level`` containing each (thread, time), or -1."""
@@ -764,7 +777,7 @@ class HostJoin(Operator):
     def _node_records(self, node: I64, wanted: npt.NDArray[np.bool_]) -> I64:
         """The node_basic_info row describing each launch's node API (the last non-FFTS_PLUS one), or -1."""
         basic = self._basic
-        record_api = self._apis.inner(NODE_LEVEL, column(basic, "thread_id"), column(basic, "time_ns"))
+        record_api = self._apis.node_of(basic)
         usable = (record_api >= 0) & (column(basic, "task_type") != GE_FFTS_PLUS)
         order = np.lexsort((column(basic, "seq"), column(basic, "time_ns")))
         order = order[usable[order]]
@@ -788,7 +801,7 @@ class HostJoin(Operator):
         group = dense_ids(hashes, times, threads)
         count = int(group.max()) + 1
         first = np.unique(group, return_index=True)[1]
-        group_api = self._apis.inner(NODE_LEVEL, threads[first], times[first])
+        group_api = self._apis.node_of(rows)[first]
         # the last group (by time) of each (API, op name) serves launches of that API and op
         keys = dense_ids(np.r_[group_api, node], np.r_[hashes[first], np.asarray(op_hash, np.uint64)])
         group_key, launch_key = keys[:count], keys[count:]
@@ -877,7 +890,7 @@ class HostJoin(Operator):
         if not rows.num_rows:
             return rows
         times = column(rows, "time_ns")
-        api = self._apis.inner(NODE_LEVEL, column(rows, "thread_id"), times)
+        api = self._apis.node_of(rows)
         ends = self._apis.col("end_ns")
         placed = api >= 0
         orphan = ~placed & (times < located)
