@@ -35,6 +35,7 @@ from profstream.sinks._numbers import GIVEN, NO_TEXT, float_kinds, float_texts
 
 I32 = npt.NDArray[np.int32]
 U8 = npt.NDArray[np.uint8]
+F64 = npt.NDArray[np.float64]
 Unit = Literal["raw", "duration_us", "timestamp_us", "number"]
 UNITS: tuple[Unit, ...] = ("raw", "duration_us", "timestamp_us", "number")
 
@@ -83,15 +84,19 @@ def resolve_columns(schema: pa.Schema, columns: list[Column] | None) -> list[Col
     return columns
 
 
+def doubles(values: pa.Array) -> F64:
+    """Numbers as float64, NaN where absent (NaN has no text either): Arrow's own NaN fill, and no
+    copy for a float64 column without nulls."""
+    if not pa.types.is_float64(values.type):
+        values = pc.cast(values, pa.float64())
+    return np.asarray(values.to_numpy(zero_copy_only=False), np.float64)
+
+
 def float_table(values: pa.Array) -> tuple[I32, U8, npt.NDArray[np.bool_]]:
     """Python's ``repr`` of each float as Arrow string offsets and data, and which values have one
     (NaN and infinities do not; see :func:`float_text`)."""
-    doubles = pc.cast(values, pa.float64())
-    numbers = doubles.fill_null(0.0).to_numpy(zero_copy_only=False)
-    valid = np.ones(1, np.uint8)
-    if doubles.null_count:
-        valid = np.asarray(pc.is_valid(doubles).to_numpy(zero_copy_only=False), np.uint8)
-    kinds = float_kinds(numbers, valid)
+    numbers = doubles(values)
+    kinds = float_kinds(numbers)
     given = kinds == GIVEN
     given_texts = pa.array([repr(v) for v in numbers[given].tolist()] if given.any() else [], pa.string())
     offsets, data = float_texts(

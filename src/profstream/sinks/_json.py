@@ -3,7 +3,7 @@
 Building one Python object per event and serialising it runs at about 20 MB/s; formatting from
 columns into a reused byte buffer runs at about 330 MB/s (peers.md §5.4). A :class:`Template` lists
 the members of the object every row becomes (``"name"``, ``"pid"``, ...; nested ``"args"``) and
-turns each column into one of four shapes the kernel understands:
+turns each column into one of five shapes the kernel understands:
 
 * ``INT``: int64 values and a validity mask, printed as decimal integers;
 * ``TS``: int64 ns printed as microseconds with exactly three decimals, in a JSON string
@@ -11,10 +11,13 @@ turns each column into one of four shapes the kernel understands:
   appends to summary timestamps (``"1.500\\t"``, ``_format``);
 * ``DUR``: int64 ns printed as the exact microsecond number without trailing zeros (``12.34``,
   ``12.0``): what msprof's double ``dur`` prints as, without binary rounding;
+* ``FLOAT``: doubles printed as Python's repr (see ``_format``) by the kernel itself, NaN and
+  infinities absent; a column holding a value outside the kernel's range (``_numbers``) is a
+  ``TEXT`` one instead;
 * ``TEXT``: a table of pre-rendered texts and a row -> entry index (-1 when absent). Strings
   are escaped and quoted once per *table entry*, so a dictionary column (names repeat) costs one
-  escape per distinct value and a byte copy per row. Floats are Python's repr (see ``_format``),
-  booleans ``true``/``false``; ``raw`` strings are copied unescaped.
+  escape per distinct value and a byte copy per row. Floats are Python's repr, booleans
+  ``true``/``false``; ``raw`` strings are copied unescaped.
 
 Each member is its key, the text around its value (the quotes of a ``TS``) and the value. A column
 of length 1 (or a Python scalar) applies to every row. An absent value either drops the member (the
@@ -41,11 +44,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream._numba import inline, kernel
-from profstream.sinks._format import float_table, is_text
-from profstream.sinks._numbers import copy_bytes, put_int, put_micros
+from profstream.sinks._format import doubles, float_table, is_text
+from profstream.sinks._numbers import (
+    FLOAT_WIDTH,
+    GIVEN,
+    copy_bytes,
+    float_kinds,
+    put_float,
+    put_int,
+    put_micros,
+)
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
 #: what a column may be given as: an Arrow or numpy array (one value per row) or a scalar (all rows)
 ColumnLike: TypeAlias = pa.Array | pa.ChunkedArray | np.ndarray | int | float | str | bool | None
@@ -58,6 +70,7 @@ OP_DUR = 3
 OP_TEXT = 4
 OP_OPEN = 5  # ``"key":{`` opening a nested object
 OP_CLOSE = 6
+OP_FLOAT = 7
 
 # renderer state slots (an int64 array the kernel updates in place)
 S_ROW = 0  # next row to render
@@ -151,7 +164,7 @@ def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
 
 
 @inline
-def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
+def _render_row(row: int, prog: Any, cols: Any, floats: F64, out: U8, pos: int) -> int:  # noqa: PLR0917
     """One row (a JSON object, a CSV line) for ``row`` at ``pos``; returns the position after it.
 
     Literals of op k: ``3k`` its key and the text before a present value, ``3k + 1`` the text
@@ -190,8 +203,13 @@ def _render_row(row: int, prog: Any, cols: Any, out: U8, pos: int) -> int:
             slot = table_base[col] + entry
             pos = copy_bytes(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
         else:
-            value = ints[int_start[col] + row * int_step[col]]
-            pos = put_int(out, pos, value) if kind == OP_INT else put_micros(out, pos, value, kind == OP_DUR)
+            at = int_start[col] + row * int_step[col]
+            if kind == OP_FLOAT:
+                pos = put_float(out, pos, floats[at], np.uint64(ints[at]))
+            elif kind == OP_INT:
+                pos = put_int(out, pos, ints[at])
+            else:
+                pos = put_micros(out, pos, ints[at], kind == OP_DUR)
         pos = copy_bytes(out, pos, lits, lit_start[lit + 1], lit_end[lit + 1])
     return copy_bytes(out, pos, row_close, 0, row_close.size)
 
@@ -209,6 +227,7 @@ def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only argument
     """
     row = state[S_ROW]
     pos = state[S_POS]
+    floats = cols[0].view(np.float64)  # the values of OP_FLOAT members, kept as their bits
     state[S_REASON] = DONE
     while row < rows:
         if pos + max_event > out.size:
@@ -217,7 +236,7 @@ def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only argument
         start = pos
         if state[S_IN_FILE]:
             pos = copy_bytes(out, pos, event_sep, 0, event_sep.size)
-        pos = _render_row(row, prog, cols, out, pos)
+        pos = _render_row(row, prog, cols, floats, out, pos)
         size = pos - start
         full = size > state[S_FILE_LEFT] or state[S_EVENTS_LEFT] <= 0
         if size > state[S_BUDGET_LEFT] or (full and state[S_DATA_IN_FILE]):
@@ -242,8 +261,8 @@ def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only argument
 
 @dataclass(frozen=True)
 class _Ints:
-    values: I64  # one per row, or one for all rows
-    valid: U8
+    values: I64  # one per row, or one for all rows (an OP_FLOAT member's: the bits of its doubles)
+    valid: U8  # 0 where absent (an OP_FLOAT member's: its float_kinds)
 
 
 @dataclass(frozen=True)
@@ -352,6 +371,11 @@ def _encode(value: ColumnLike, rows: int, name: str, role: Role) -> tuple[int, _
         return _TIME_OPS[role], _Ints(int_values(array, name), _validity(array))
     if pa.types.is_integer(array.type) and _fits_int64(array):
         return OP_INT, _Ints(int_values(array, name), _validity(array))
+    if pa.types.is_floating(array.type):
+        numbers = doubles(array)
+        kinds = float_kinds(numbers)
+        if not (kinds == GIVEN).any():  # else repr prints some: a text table holds them
+            return OP_FLOAT, _Ints(numbers.view(np.int64), kinds)
     return OP_TEXT, _texts(array, name)
 
 
@@ -547,6 +571,8 @@ class Template:
                 size += max(before + _INT_WIDTH + after, absent)
             elif kind in (OP_TS, OP_DUR):
                 size += max(before + _MICROS_WIDTH + after, absent)
+            elif kind == OP_FLOAT:
+                size += max(before + FLOAT_WIDTH + after, absent)
             elif kind == OP_TEXT:
                 size += max(before + self._texts[col].widest + after, absent)
             else:

@@ -275,16 +275,34 @@ def _put_exponent_form(out: U8, pos: int, digits: int, leading: int) -> int:
     return _put_padded(out, pos + 2, -leading, 2)
 
 
+@inline
+def put_float(out: U8, pos: int, value: float, bits: np.uint64) -> int:
+    """Python's repr of the double ``value`` (``bits``, its bit pattern): zero or a magnitude in
+    ``[SHORTEST_MIN, SHORTEST_MAX)`` (a ``SHORTEST`` kind of :func:`float_kinds`)."""
+    if bits >> np.uint64(63):
+        out[pos] = 45  # '-', of -0.0 too
+        pos += 1
+    magnitude = bits & _MAGNITUDE_BITS
+    if magnitude == np.uint64(0):
+        return _put_fixed(out, pos, 0, 0)
+    digits, decimals = short_digits(abs(value), magnitude)
+    if digits < 0:
+        digits, decimals = shortest_digits(magnitude)
+    leading = _digit_count(digits) - 1 - decimals  # the decimal exponent of the first digit
+    if leading < -4:
+        return _put_exponent_form(out, pos, digits, leading)
+    return _put_fixed(out, pos, digits, decimals)
+
+
 @kernel
-def float_kinds(values: F64, valid: U8) -> U8:
-    """What :func:`float_texts` writes for each double: no text where it is absent (``valid`` 0; a
-    single ``valid`` applies to every value) or not finite, the kernel's digits for zero and the
-    magnitudes it prints, else repr's text, which the caller gives (one pass instead of numpy's ten)."""
+def float_kinds(values: F64) -> U8:
+    """What :func:`float_texts` writes for each double: no text where it is not finite (NaN stands
+    for an absent value too), the kernel's digits for zero and the magnitudes it prints, else repr's
+    text, which the caller gives (one pass instead of numpy's ten)."""
     kinds = np.empty(values.size, np.uint8)
-    step = 1 if valid.size > 1 else 0
     for i in range(values.size):
         size = abs(values[i])
-        if valid[i * step] == 0 or not np.isfinite(size):
+        if not np.isfinite(size):
             kinds[i] = NO_TEXT
         elif size == 0.0 or (size >= SHORTEST_MIN and size < SHORTEST_MAX):
             kinds[i] = SHORTEST
@@ -311,20 +329,6 @@ def float_texts(values: F64, kinds: U8, given: I32, given_data: U8) -> tuple[I32
             pos = copy_bytes(out, pos, given_data, given[other], given[other + 1])
             other += 1
             continue
-        if bits[i] >> np.uint64(63):
-            out[pos] = 45  # '-', of -0.0 too
-            pos += 1
-        magnitude = bits[i] & _MAGNITUDE_BITS
-        if magnitude == np.uint64(0):
-            pos = _put_fixed(out, pos, 0, 0)
-            continue
-        digits, decimals = short_digits(abs(values[i]), magnitude)
-        if digits < 0:
-            digits, decimals = shortest_digits(magnitude)
-        leading = _digit_count(digits) - 1 - decimals  # the decimal exponent of the first digit
-        if leading < -4:
-            pos = _put_exponent_form(out, pos, digits, leading)
-        else:
-            pos = _put_fixed(out, pos, digits, decimals)
+        pos = put_float(out, pos, values[i], bits[i])
     offsets[count] = pos
     return offsets, out[:pos].copy()
