@@ -43,7 +43,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from profstream._numba import inline, kernel
+from profstream._numba import kernel
 from profstream.sinks._format import doubles, float_table, is_text
 from profstream.sinks._numbers import (
     FLOAT_WIDTH,
@@ -163,57 +163,6 @@ def escape_table(offsets: I64, data: U8, quote: bool) -> tuple[I64, U8]:
     return out_offsets, out
 
 
-@inline
-def _render_row(row: int, prog: Any, cols: Any, floats: F64, out: U8, pos: int) -> int:  # noqa: PLR0917
-    """One row (a JSON object, a CSV line) for ``row`` at ``pos``; returns the position after it.
-
-    Literals of op k: ``3k`` its key and the text before a present value, ``3k + 1`` the text
-    after it, ``3k + 2`` its key and the text of an absent value.
-    """
-    kinds, col_of, optional, lit_start, lit_end, lits, member_sep, row_open, row_close = prog
-    ints, int_start, int_step, valid, valid_start, valid_step, index, index_start, index_step = cols[:9]
-    table_base, table_offsets, table_data = cols[9:]
-    pos = copy_bytes(out, pos, row_open, 0, row_open.size)
-    first = True
-    for op in range(kinds.size):
-        kind = kinds[op]
-        if kind == OP_CLOSE:
-            out[pos] = 125
-            pos += 1
-            first = False
-            continue
-        col = col_of[op]
-        absent = False
-        entry = 0
-        if kind == OP_TEXT:
-            entry = index[index_start[col] + row * index_step[col]]
-            absent = entry < 0
-        elif kind not in (OP_LIT, OP_OPEN):
-            absent = valid[valid_start[col] + row * valid_step[col]] == 0
-        if absent and optional[op]:
-            continue  # an absent optional member is left out
-        if not first:
-            pos = copy_bytes(out, pos, member_sep, 0, member_sep.size)
-        first = kind == OP_OPEN
-        lit = 3 * op + (2 if absent else 0)
-        pos = copy_bytes(out, pos, lits, lit_start[lit], lit_end[lit])
-        if absent or kind in (OP_LIT, OP_OPEN):
-            continue
-        if kind == OP_TEXT:
-            slot = table_base[col] + entry
-            pos = copy_bytes(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
-        else:
-            at = int_start[col] + row * int_step[col]
-            if kind == OP_FLOAT:
-                pos = put_float(out, pos, floats[at], np.uint64(ints[at]))
-            elif kind == OP_INT:
-                pos = put_int(out, pos, ints[at])
-            else:
-                pos = put_micros(out, pos, ints[at], kind == OP_DUR)
-        pos = copy_bytes(out, pos, lits, lit_start[lit + 1], lit_end[lit + 1])
-    return copy_bytes(out, pos, row_close, 0, row_close.size)
-
-
 @kernel
 def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only arguments)
     rows: int, prog: Any, cols: Any, event_sep: U8, out: U8, state: I64, max_event: int, ends: I64
@@ -225,9 +174,13 @@ def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only argument
     stops with FILE_FULL, unless it is the first event of this kind of call in the file (a file
     always takes one event, however large). ``ends[row]``, when given, receives each event's end.
     """
+    # unpacked once: each array taken from a tuple is a reference counted, per row too when taken there
+    kinds, col_of, optional, lit_start, lit_end, lits, member_sep, row_open, row_close = prog
+    ints, int_start, int_step, valid, valid_start, valid_step, index, index_start, index_step = cols[:9]
+    table_base, table_offsets, table_data = cols[9:]
+    floats = ints.view(np.float64)  # the values of OP_FLOAT members, kept as their bits
     row = state[S_ROW]
     pos = state[S_POS]
-    floats = cols[0].view(np.float64)  # the values of OP_FLOAT members, kept as their bits
     state[S_REASON] = DONE
     while row < rows:
         if pos + max_event > out.size:
@@ -236,7 +189,47 @@ def render_rows(  # noqa: PLR0917 (numba functions take no keyword-only argument
         start = pos
         if state[S_IN_FILE]:
             pos = copy_bytes(out, pos, event_sep, 0, event_sep.size)
-        pos = _render_row(row, prog, cols, floats, out, pos)
+        # the row: literals of op k are ``3k`` its key and the text before a present value,
+        # ``3k + 1`` the text after it, ``3k + 2`` its key and the text of an absent value
+        pos = copy_bytes(out, pos, row_open, 0, row_open.size)
+        first = True
+        for op in range(kinds.size):
+            kind = kinds[op]
+            if kind == OP_CLOSE:
+                out[pos] = 125
+                pos += 1
+                first = False
+                continue
+            col = col_of[op]
+            absent = False
+            entry = 0
+            if kind == OP_TEXT:
+                entry = index[index_start[col] + row * index_step[col]]
+                absent = entry < 0
+            elif kind not in (OP_LIT, OP_OPEN):
+                absent = valid[valid_start[col] + row * valid_step[col]] == 0
+            if absent and optional[op]:
+                continue  # an absent optional member is left out
+            if not first:
+                pos = copy_bytes(out, pos, member_sep, 0, member_sep.size)
+            first = kind == OP_OPEN
+            lit = 3 * op + (2 if absent else 0)
+            pos = copy_bytes(out, pos, lits, lit_start[lit], lit_end[lit])
+            if absent or kind in (OP_LIT, OP_OPEN):
+                continue
+            if kind == OP_TEXT:
+                slot = table_base[col] + entry
+                pos = copy_bytes(out, pos, table_data, table_offsets[slot], table_offsets[slot + 1])
+            else:
+                at = int_start[col] + row * int_step[col]
+                if kind == OP_FLOAT:
+                    pos = put_float(out, pos, floats[at], np.uint64(ints[at]))
+                elif kind == OP_INT:
+                    pos = put_int(out, pos, ints[at])
+                else:
+                    pos = put_micros(out, pos, ints[at], kind == OP_DUR)
+            pos = copy_bytes(out, pos, lits, lit_start[lit + 1], lit_end[lit + 1])
+        pos = copy_bytes(out, pos, row_close, 0, row_close.size)
         size = pos - start
         full = size > state[S_FILE_LEFT] or state[S_EVENTS_LEFT] <= 0
         if size > state[S_BUDGET_LEFT] or (full and state[S_DATA_IN_FILE]):
