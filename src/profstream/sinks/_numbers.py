@@ -38,6 +38,8 @@ I32 = npt.NDArray[np.int32]
 
 #: 10**k for k in 0..18: digits are counted by comparison (a division per digit costs twice as much)
 POWERS = np.array([10**k for k in range(19)], np.int64)
+#: the two digits of 0..99, "00" to "99": digits are written two per division
+_DIGIT_PAIRS = np.frombuffer(b"".join(b"%02d" % k for k in range(100)), np.uint8)
 #: 5**k for the decimal scalings (k <= 27 from SHORTEST_MIN up)
 _POWERS_OF_5 = np.array([5**k for k in range(28)], np.uint64)
 #: 10.0**k for k in 0..22, every one exact as a double (the scalings of :func:`short_digits`)
@@ -72,7 +74,7 @@ def copy_bytes(out: U8, pos: int, src: U8, start: int, end: int) -> int:
 @inline
 def _digit_count(value: int) -> int:
     """How many decimal digits ``value`` >= 0 has."""
-    width = 1
+    width = 1 if value < POWERS[8] else 9 if value < POWERS[16] else 17  # times have 16 digits
     while width < 19 and value >= POWERS[width]:
         width += 1
     return width
@@ -81,11 +83,18 @@ def _digit_count(value: int) -> int:
 @inline
 def _put_padded(out: U8, pos: int, value: int, width: int) -> int:
     """The last ``width`` decimal digits of ``value`` >= 0, zero-padded."""
-    rest = np.uint64(value)  # unsigned: division by 10 without floor division's sign fix-ups
-    for k in range(pos + width - 1, pos - 1, -1):
-        out[k] = np.uint8(48) + np.uint8(rest % np.uint64(10))
-        rest //= np.uint64(10)
-    return pos + width
+    rest = np.uint64(value)  # unsigned: division without floor division's sign fix-ups
+    end = pos + width
+    k = end
+    while k - pos >= 2:
+        pair = 2 * (rest % np.uint64(100))
+        rest //= np.uint64(100)
+        out[k - 2] = _DIGIT_PAIRS[pair]
+        out[k - 1] = _DIGIT_PAIRS[pair + np.uint64(1)]
+        k -= 2
+    if k > pos:
+        out[pos] = np.uint8(48) + np.uint8(rest % np.uint64(10))
+    return end
 
 
 @inline
