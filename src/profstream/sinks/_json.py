@@ -297,9 +297,11 @@ def _fits_int64(array: pa.Array) -> bool:
 
 
 def _validity(array: pa.Array) -> U8:
+    """1 where ``array`` has a value (a single 1 without nulls): its validity bitmap unpacked."""
     if not array.null_count:
         return np.ones(1, np.uint8)
-    return np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False), np.uint8)
+    bitmap = np.frombuffer(array.buffers()[0], np.uint8)
+    return np.unpackbits(bitmap, count=array.offset + len(array), bitorder="little")[array.offset :]
 
 
 def int_values(array: pa.Array, name: str) -> I64:
@@ -310,18 +312,20 @@ def int_values(array: pa.Array, name: str) -> I64:
     if not _fits_int64(array):
         msg = f"column {name!r}: value {pc.max(array).as_py()} does not fit int64"
         raise ValueError(msg)
-    return np.ascontiguousarray(pc.cast(array, pa.int64()).fill_null(0).to_numpy(), np.int64)
+    values = (array.fill_null(0) if array.null_count else array).to_numpy()
+    return np.ascontiguousarray(values, np.int64)  # widened by numpy: no Arrow cast
 
 
 def _string_table(strings: pa.Array, quote: bool) -> tuple[I64, U8]:
     """Arrow strings as an escaped (or raw, when not ``quote``) text table."""
-    large = pc.cast(strings, pa.large_string())
-    offsets = np.frombuffer(large.buffers()[1], np.int64)[large.offset : large.offset + len(large) + 1]
-    data_buffer = large.buffers()[2]
+    if not (pa.types.is_string(strings.type) or pa.types.is_large_string(strings.type)):
+        strings = pc.cast(strings, pa.large_string())
+    width = np.int32 if pa.types.is_string(strings.type) else np.int64
+    ends = np.frombuffer(strings.buffers()[1], width)[strings.offset : strings.offset + len(strings) + 1]
+    offsets: I64 = np.ascontiguousarray(ends, np.int64)  # widened by numpy: no Arrow cast
+    data_buffer = strings.buffers()[2]
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else np.zeros(0, np.uint8)
-    if not quote:
-        return np.ascontiguousarray(offsets), data
-    return escape_table(np.ascontiguousarray(offsets), data, True)
+    return escape_table(offsets, data, True) if quote else (offsets, data)
 
 
 def _texts(array: pa.Array, name: str, *, escape: bool = True) -> _Texts:
@@ -329,7 +333,8 @@ def _texts(array: pa.Array, name: str, *, escape: bool = True) -> _Texts:
     unless not ``escape``."""
     if pa.types.is_dictionary(array.type):
         table = _texts(array.dictionary, name, escape=escape)
-        index = pc.cast(array.indices, pa.int64()).fill_null(-1).to_numpy()
+        indices = array.indices
+        index = np.asarray((indices.fill_null(-1) if indices.null_count else indices).to_numpy(), np.int64)
         if (table.index < 0).any():  # an absent dictionary entry (null, NaN) is an absent value too
             index = np.where(table.index[np.maximum(index, 0)] < 0, -1, index)
         return _Texts(table.offsets, table.data, np.ascontiguousarray(index, np.int64))
@@ -347,7 +352,7 @@ def _texts(array: pa.Array, name: str, *, escape: bool = True) -> _Texts:
         raise ValueError(msg)
     index = np.arange(len(array), dtype=np.int64)
     if array.null_count:
-        index[~np.asarray(pc.is_valid(array).to_numpy(zero_copy_only=False))] = -1
+        index[_validity(array) == 0] = -1
     return _Texts(offsets, data, index)
 
 

@@ -112,10 +112,15 @@ class CsvSink(TableSink):
         self._state = new_state(events_left=0)
         self._log = log_events.get_logger(component="sink.csv", directory=str(directory))
 
-    def _template(self, batch: pa.RecordBatch) -> Template:
-        template = Template(batch.num_rows, line_end=self.line_end)
-        for column in self.columns:
-            values = batch.column(column.name)
+    def _cells(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        """Each column's values, text cells quoted: for a whole batch, so a dictionary's entries are
+        quoted once, not once per slice."""
+        cells = [batch.column(column.name) for column in self.columns]
+        return [self._quote_cells(c) if is_text(_value_type(c.type)) else c for c in cells]
+
+    def _template(self, cells: list[pa.Array], rows: int) -> Template:
+        template = Template(rows, line_end=self.line_end)
+        for column, values in zip(self.columns, cells, strict=True):
             null = None if column.null is None else _quote(column.null, self.quote_chars)
             if column.unit == "timestamp_us":
                 quote = '"' if self.quote_chars and "\t" in self.quote_chars else ""
@@ -123,7 +128,7 @@ class CsvSink(TableSink):
             elif column.unit == "duration_us":
                 template.member(column.name, values, role="dur", null=null)
             elif is_text(_value_type(values.type)):
-                template.member(column.name, self._quote_cells(values), role="raw", null=null)
+                template.member(column.name, values, role="raw", null=null)
             else:
                 template.member(column.name, values, null=null)
         return template
@@ -139,18 +144,21 @@ class CsvSink(TableSink):
             return pa.DictionaryArray.from_arrays(text.indices, self._quote_cells(text.dictionary))
         if not self.quote_chars:
             return text
-        needs = pc.match_substring_regex(text, self._quote_pattern).fill_null(False)
-        if not pc.any(needs).as_py():
+        needs = pc.match_substring_regex(text, self._quote_pattern)
+        if not pc.any(needs).as_py():  # null (no text at all) or False
             return text
+        needs = needs.fill_null(False)
         quoted = pc.binary_join_element_wise(
             '"', pc.replace_substring(text.filter(needs), '"', '""'), '"', ""
         )
         return pc.replace_with_mask(text, needs, quoted)
 
     def _write(self, batch: pa.RecordBatch) -> None:
-        # formatting makes a text table per float column; a bounded slice keeps that memory small
+        # a template holds an index or a value per cell; a bounded slice keeps that memory small
+        cells = self._cells(batch)
         for start in range(0, batch.num_rows, FORMAT_ROWS):
-            self._render(self._template(batch.slice(start, FORMAT_ROWS)).compile())
+            rows = min(FORMAT_ROWS, batch.num_rows - start)
+            self._render(self._template([c.slice(start, rows) for c in cells], rows).compile())
 
     def _render(self, compiled: Compiled) -> None:
         if compiled.max_event * 2 > self._buffer.size:
