@@ -81,20 +81,30 @@ def _digit_count(value: int) -> int:
 
 
 @inline
-def _put_padded(out: U8, pos: int, value: int, width: int) -> int:
-    """The last ``width`` decimal digits of ``value`` >= 0, zero-padded."""
-    rest = np.uint64(value)  # unsigned: division without floor division's sign fix-ups
-    end = pos + width
+def _put_last(out: U8, end: int, rest: np.uint64, count: int) -> np.uint64:
+    """The last ``count`` decimal digits of ``rest``, zero-padded, ending before ``end``; returns the
+    digits above them. Unsigned, and by constants only: divisions without sign fix-ups, compiled to
+    multiplications (a division by a power of ten looked up is a hardware division, several times
+    slower)."""
     k = end
-    while k - pos >= 2:
+    start = end - count
+    while k - start >= 2:
         pair = 2 * (rest % np.uint64(100))
         rest //= np.uint64(100)
         out[k - 2] = _DIGIT_PAIRS[pair]
         out[k - 1] = _DIGIT_PAIRS[pair + np.uint64(1)]
         k -= 2
-    if k > pos:
-        out[pos] = np.uint8(48) + np.uint8(rest % np.uint64(10))
-    return end
+    if k > start:
+        out[start] = np.uint8(48) + np.uint8(rest % np.uint64(10))
+        rest //= np.uint64(10)
+    return rest
+
+
+@inline
+def _put_padded(out: U8, pos: int, value: int, width: int) -> int:
+    """The last ``width`` decimal digits of ``value`` >= 0, zero-padded."""
+    _put_last(out, pos + width, np.uint64(value), width)
+    return pos + width
 
 
 @inline
@@ -258,14 +268,16 @@ def _put_fixed(out: U8, pos: int, digits: int, decimals: int) -> int:
         out[pos] = 46
         out[pos + 1] = 48
         return pos + 2
-    if _digit_count(digits) <= decimals:  # below 1: "0." and the digits, zero-padded
+    width = _digit_count(digits)
+    if width <= decimals:  # below 1: "0." and the digits, zero-padded
         out[pos] = 48
         out[pos + 1] = 46
         return _put_padded(out, pos + 2, digits, decimals)
-    head = digits // POWERS[decimals]
-    pos = put_digits(out, pos, head)
-    out[pos] = 46  # '.'
-    return _put_padded(out, pos + 1, digits - head * POWERS[decimals], decimals)
+    point = pos + width - decimals
+    head = _put_last(out, pos + width + 1, np.uint64(digits), decimals)
+    out[point] = 46  # '.'
+    _put_last(out, point, head, width - decimals)
+    return pos + width + 1
 
 
 @inline
@@ -273,12 +285,14 @@ def _put_exponent_form(out: U8, pos: int, digits: int, leading: int) -> int:
     """``d.ddde-0X`` as Python writes a value below 1e-4: no point for one digit, two exponent
     digits (``1e-05``, ``1.5e-09``); ``SHORTEST_MIN`` keeps the exponent at -9 or above."""
     width = _digit_count(digits)
-    head = digits // POWERS[width - 1]
-    out[pos] = 48 + head
-    pos += 1
-    if width > 1:
-        out[pos] = 46
-        pos = _put_padded(out, pos + 1, digits - head * POWERS[width - 1], width - 1)
+    if width == 1:
+        out[pos] = 48 + digits
+        pos += 1
+    else:  # d.ddd
+        head = _put_last(out, pos + width + 1, np.uint64(digits), width - 1)
+        out[pos] = np.uint8(48) + np.uint8(head)
+        out[pos + 1] = 46
+        pos += width + 1
     out[pos] = 101  # 'e'
     out[pos + 1] = 45  # '-'
     return _put_padded(out, pos + 2, -leading, 2)
