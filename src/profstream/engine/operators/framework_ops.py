@@ -375,7 +375,6 @@ class FrameworkOps(Operator):
         arrival = pa.array(self._arrivals + np.arange(batch.num_rows, dtype=np.int64))
         self._arrivals += batch.num_rows
         batch = batch.set_column(_PENDING.get_field_index("arrival"), "arrival", arrival)
-        batch = batch.filter(pc.is_valid(batch.column("start_ns")))
         if batch.num_rows:
             self._pending.append(batch)
             self._pending_min = min(self._pending_min, int(pc.min(batch.column("start_ns")).as_py()))
@@ -392,19 +391,18 @@ class FrameworkOps(Operator):
         times = ints(batch.column("time_ns"))
         category = ints(batch.column("category"))
         is_end = category % 2 == 1
-        order = pairing.acsq_order(times, is_end)
-        sorted_batch = batch.take(pa.array(order))
-        category, is_end, times = category[order], is_end[order], times[order]
-        tids = ints(sorted_batch.column("thread_id"))
-        names = _texts(sorted_batch, "name")
+        order = pairing.acsq_order(times, is_end)  # the batch is taken from only at the pairs' ends
+        names = _texts(batch, "name")
+        tids = ints(batch.column("thread_id"))
         keys = np.stack([category // _QUEUE_OF_CATEGORY, tids, self._name_codes(names)])
-        pairs = pairing.pair_acsq(keys, is_end, times, state=self._marks, base=self._marks_seen)
+        pairs = pairing.pair_acsq(
+            keys[:, order], is_end[order], times[order], state=self._marks, base=self._marks_seen
+        )
         self._marks_seen += times.size
-        end = pairs.end_seq - (self._marks_seen - times.size)
+        end = order[pairs.end_seq - (self._marks_seen - times.size)]
         queue = pairs.keys[0]
-        end_rows = sorted_batch.take(pa.array(end))
-        corr = ints(end_rows.column("correlation_id"))
-        pid = ints(end_rows.column("process_id"))
+        corr = ints(batch.column("correlation_id"))[end]
+        pid = ints(batch.column("process_id"))[end]
         tid = pairs.keys[1]
         origin = names.take(pa.array(end))
         dequeue = queue == 1
