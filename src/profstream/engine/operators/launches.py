@@ -54,8 +54,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from profstream.engine.kernels._dispatch import NULL, Int64Array
-from profstream.engine.operators._state import Columns, concat, empty_columns, find, ints, take
-from profstream.engine.operators.api import dense_ids, group_ranks
+from profstream.engine.operators._state import Columns, concat, empty_columns, ints, take
+from profstream.engine.operators.api import dense_ids
 from profstream.engine.operators.host_join import MEMCPY_ASYNC
 from profstream.engine.operators.statistics import sub_task_parents
 
@@ -197,12 +197,28 @@ def claim_kernels(held: tuple[Int64Array, ...], flows: tuple[Int64Array, ...]) -
     """The held kernel (row) each flow ends on, -1 if none: the row whose key columns (``held``, e.g.
     device, stream, start) equal the flow's (``flows``, the same columns). Flows of one key take
     distinct kernels of it, in order (a MIX task's contexts may share a stream and a start)."""
-    n = held[0].size
+    n, m = held[0].size, flows[0].size
     if n == 0:
-        return np.full(flows[0].size, -1, np.int64)
-    ids = dense_ids(*(np.r_[h, f] for h, f in zip(held, flows, strict=True)))
-    ranked = dense_ids(ids, np.r_[group_ranks(ids[:n]), group_ranks(ids[n:])])
-    kernel_keys, flow_keys = ranked[:n], ranked[n:]
-    order = np.argsort(kernel_keys, kind="stable")
-    at = find(kernel_keys[order], flow_keys)
-    return np.where(at >= 0, order[np.maximum(at, 0)], -1).astype(np.int64)
+        return np.full(m, -1, np.int64)
+    keys = [np.r_[h, f] for h, f in zip(held, flows, strict=True)]
+    is_flow = np.r_[np.zeros(n, np.bool_), np.ones(m, np.bool_)]
+    # one sort: per key its kernels, then its flows, each in row order; the r-th flow of a key takes
+    # the r-th kernel of it
+    order = np.lexsort((is_flow, *reversed(keys)))
+    new_key = np.zeros(n + m, np.bool_)
+    new_key[0] = True
+    for column in keys:
+        ordered = column[order]
+        new_key[1:] |= ordered[1:] != ordered[:-1]
+    side = is_flow[order]
+    new_side = new_key.copy()
+    new_side[1:] |= side[1:] != side[:-1]
+    position = np.arange(n + m)
+    key_start = np.maximum.accumulate(np.where(new_key, position, 0))
+    side_start = np.maximum.accumulate(np.where(new_side, position, 0))
+    rank = position - side_start  # a flow's place among its key's flows
+    kernels = side_start - key_start  # a flow's key's kernels (they sort before it)
+    claimed = np.full(m, -1, np.int64)
+    hit = side & (rank < kernels)
+    claimed[order[hit] - n] = order[(key_start + rank)[hit]]
+    return claimed

@@ -661,8 +661,9 @@ class FrameworkSteps(Operator):
 
     def _add_flows(self, batch: pa.RecordBatch) -> None:
         """Kernels whose ``async_npu`` flow came: credited by its source and correlation id."""
-        kind = batch.column("kind").cast(pa.string())
-        npu = pc.and_(pc.equal(kind, "async_npu"), pc.is_valid(batch["correlation_id"]))
+        kind = batch.column("kind")  # dictionary-encoded: its few values are compared, not every row's
+        is_npu = pc.take(pc.equal(kind.dictionary, "async_npu"), kind.indices)
+        npu = pc.and_(is_npu, pc.is_valid(batch["correlation_id"]))
         flows = batch.filter(pc.fill_null(npu, False))
         device = ints(flows.column("dst_device_id"))
         for k, device_id in enumerate(self.device_ids):
