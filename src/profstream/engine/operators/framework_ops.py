@@ -174,6 +174,17 @@ def _texts(batch: pa.RecordBatch, name: str) -> pa.Array:
     return batch.column(index).cast(pa.string())
 
 
+def _start_order(starts: Int64Array) -> Int64Array:
+    """The stable order of window events by start: a window batch is kept in it, so the events an emit
+    takes from the batch are a prefix."""
+    return np.argsort(starts, kind="stable")
+
+
+def _first_start(batch: pa.RecordBatch) -> int:
+    """The earliest start of window events sorted by start."""
+    return int(batch.column("start_ns")[0].as_py())
+
+
 def _stack_flows(parts: list[Columns], groups: Sequence[str]) -> pa.RecordBatch:
     """One ``flows`` batch from the flow columns of each kind; ``dst_group`` codes index ``groups``."""
     joined = parts[0]
@@ -232,14 +243,17 @@ def _merge_sequences(held: Columns, new: Columns) -> Columns:
     at = np.searchsorted(held["seq"], new["seq"])
     known = at < held["seq"].size
     known[known] = held["seq"][at[known]] == new["seq"][known]
-    merged = {name: values.copy() for name, values in held.items()}
-    rows, updates = at[known], {name: values[known] for name, values in new.items()}
+    inserted = at[~known]  # sorted, as the sequence numbers are
+    merged = {name: np.insert(held[name], inserted, new[name][~known]) for name in _FWD}
+    # a held row moves down by the rows inserted before it
+    rows = at[known] + np.searchsorted(inserted, at[known], side="right")
+    updates = {name: values[known] for name, values in new.items()}
     for side in ("fwd", "bwd"):
         ts, held_ts = updates[f"{side}_ts"], merged[f"{side}_ts"][rows]
         later = (ts != NULL) & ((held_ts == NULL) | (ts > held_ts))
         for col in ("pid", "tid", "ts"):
             merged[f"{side}_{col}"][rows[later]] = updates[f"{side}_{col}"][later]
-    return {name: np.insert(merged[name], at[~known], new[name][~known]) for name in _FWD}
+    return merged
 
 
 class FrameworkOps(Operator):
@@ -311,7 +325,7 @@ class FrameworkOps(Operator):
             return
         self._pushed = True
         if stream == "torch_op_range":
-            self._add_pending(self._op_rows(batch))
+            self._add_ops(batch)
         elif stream == "torch_op_mark":
             self._add_marks(batch)
         elif stream in self._tasks_streams or stream in self._comm_streams:
@@ -347,37 +361,48 @@ class FrameworkOps(Operator):
 
     # ------------------------------------------------------------------ inputs
 
-    def _op_rows(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        n = batch.num_rows
-        seq = ints(batch.column("sequence_number"))
-        return pa.RecordBatch.from_pydict(
+    def _add_ops(self, batch: pa.RecordBatch) -> None:
+        start = ints(batch.column("start_ns"))
+        order = _start_order(start)
+        rows = pa.array(order)
+        seq = ints(batch.column("sequence_number"))[order]
+
+        def ids(name: str) -> Int64Array:
+            return ints(batch.column(name))[order]
+
+        def texts(name: str) -> pa.Array:
+            return _texts(batch, name).take(rows)
+
+        self._add_pending(
             {
-                "rank": np.full(n, CPU_OP, np.int64),
-                "name": _texts(batch, "name"),
-                "pid": ints(batch.column("process_id")),
-                "tid": ints(batch.column("start_thread_id")),
-                "start_ns": ints(batch.column("start_ns")),
-                "end_ns": ints(batch.column("end_ns")),
+                "rank": np.full(order.size, CPU_OP, np.int64),
+                "name": texts("name"),
+                "pid": ids("process_id"),
+                "tid": ids("start_thread_id"),
+                "start_ns": start[order],
+                "end_ns": ids("end_ns"),
                 "sequence_number": np.where(seq < 0, NULL, seq),
-                "fwd_thread_id": ints(batch.column("forward_thread_id")),
-                "correlation_id": np.full(n, NULL, np.int64),
-                "input_shapes": _texts(batch, "input_shapes"),
-                "input_dtypes": _texts(batch, "input_dtypes"),
-                "call_stack": _texts(batch, "call_stack"),
-                "module_hierarchy": _texts(batch, "module_hierarchy"),
-                "flops": _texts(batch, "extra_args"),
-                "arrival": np.zeros(n, np.int64),
+                "fwd_thread_id": ids("forward_thread_id"),
+                "correlation_id": np.full(order.size, NULL, np.int64),
+                "input_shapes": texts("input_shapes"),
+                "input_dtypes": texts("input_dtypes"),
+                "call_stack": texts("call_stack"),
+                "module_hierarchy": texts("module_hierarchy"),
+                "flops": texts("extra_args"),
             },
-            schema=_PENDING,
+            order,
         )
 
-    def _add_pending(self, batch: pa.RecordBatch) -> None:
-        arrival = pa.array(self._arrivals + np.arange(batch.num_rows, dtype=np.int64))
-        self._arrivals += batch.num_rows
-        batch = batch.set_column(_PENDING.get_field_index("arrival"), "arrival", arrival)
-        if batch.num_rows:
-            self._pending.append(batch)
-            self._pending_min = min(self._pending_min, int(pc.min(batch.column("start_ns")).as_py()))
+    def _add_pending(self, events: dict[str, pa.Array | Int64Array], order: Int64Array) -> None:
+        """Events join the window: ``events`` (every :data:`_PENDING` column but ``arrival``) in start
+        order, the ``order[i]``-th event of its input at row ``i``. That place, after the events of every
+        earlier input, is the event's arrival (the last tie breaker of the emission order)."""
+        if not order.size:
+            return
+        batch = pa.RecordBatch.from_pydict({**events, "arrival": self._arrivals + order}, schema=_PENDING)
+        self._arrivals += order.size
+        self._pending.append(batch)
+        self._pending_min = min(self._pending_min, _first_start(batch))
 
     def _name_codes(self, names: pa.Array) -> Int64Array:
         """Stable integer codes of op names (the pairing key needs integers)."""
@@ -404,31 +429,30 @@ class FrameworkOps(Operator):
         corr = ints(batch.column("correlation_id"))[end]
         pid = ints(batch.column("process_id"))[end]
         tid = pairs.keys[1]
-        origin = names.take(pa.array(end))
         dequeue = queue == 1
         n = end.size
-        name = pc.if_else(pa.array(dequeue), pc.binary_join_element_wise("Dequeue@", origin, ""), origin)
+        by_start = _start_order(pairs.start)
+        origin = names.take(pa.array(end[by_start]))
+        dequeued = dequeue[by_start]
+        name = pc.if_else(pa.array(dequeued), pc.binary_join_element_wise("Dequeue@", origin, ""), origin)
         self._add_pending(
-            pa.RecordBatch.from_pydict(
-                {
-                    "rank": np.where(dequeue, DEQUEUE, ENQUEUE).astype(np.int64),
-                    "name": name,
-                    "pid": pid,
-                    "tid": tid,
-                    "start_ns": pairs.start,
-                    "end_ns": pairs.end,
-                    "sequence_number": np.full(n, NULL, np.int64),
-                    "fwd_thread_id": np.full(n, NULL, np.int64),
-                    "correlation_id": corr,
-                    "input_shapes": pa.nulls(n, pa.string()),
-                    "input_dtypes": pa.nulls(n, pa.string()),
-                    "call_stack": pa.nulls(n, pa.string()),
-                    "module_hierarchy": pa.nulls(n, pa.string()),
-                    "flops": pa.nulls(n, pa.string()),
-                    "arrival": np.zeros(n, np.int64),
-                },
-                schema=_PENDING,
-            )
+            {
+                "rank": np.where(dequeued, DEQUEUE, ENQUEUE).astype(np.int64),
+                "name": name,
+                "pid": pid[by_start],
+                "tid": tid[by_start],
+                "start_ns": pairs.start[by_start],
+                "end_ns": pairs.end[by_start],
+                "sequence_number": np.full(n, NULL, np.int64),
+                "fwd_thread_id": np.full(n, NULL, np.int64),
+                "correlation_id": corr[by_start],
+                "input_shapes": pa.nulls(n, pa.string()),
+                "input_dtypes": pa.nulls(n, pa.string()),
+                "call_stack": pa.nulls(n, pa.string()),
+                "module_hierarchy": pa.nulls(n, pa.string()),
+                "flops": pa.nulls(n, pa.string()),
+            },
+            by_start,
         )
         new = {
             "corr": corr[dequeue],
@@ -487,22 +511,18 @@ class FrameworkOps(Operator):
 
     def _take_ready(self, until: int) -> pa.Table:
         """Remove and return the window's events that start before ``until``, in emission order."""
-        # only the batches holding a ready event are split; the others stay as they are, so an emit
-        # costs the batches it touches, not the whole reorder window
+        # each batch is sorted by start: its ready events are a prefix, split off as a slice, so an emit
+        # copies the events it takes, not the whole reorder window
         kept: list[pa.RecordBatch] = []
         taken: list[pa.RecordBatch] = []
         for batch in self._pending:
-            starts = batch.column("start_ns").to_numpy()
-            ready = starts < until
-            if not ready.any():
-                kept.append(batch)
-            elif ready.all():
-                taken.append(batch)
-            else:
-                taken.append(batch.filter(pa.array(ready)))
-                kept.append(batch.filter(pa.array(~ready)))
+            cut = int(np.searchsorted(batch.column("start_ns").to_numpy(), until, side="left"))
+            if cut:
+                taken.append(batch.slice(0, cut))
+            if cut < batch.num_rows:
+                kept.append(batch.slice(cut))
         self._pending = kept
-        self._pending_min = min((int(pc.min(b.column("start_ns")).as_py()) for b in kept), default=DONE)
+        self._pending_min = min(map(_first_start, kept), default=DONE)
         picked = pa.Table.from_batches(taken, _PENDING).combine_chunks()
         order = np.lexsort(
             (
@@ -757,6 +777,8 @@ class FrameworkOps(Operator):
 
     def snapshot(self) -> bytes:
         window = pa.Table.from_batches(self._pending, _PENDING).combine_chunks()
+        # one batch sorted by start (then arrival: the batches are in arrival order), as restored
+        window = window.take(pa.array(_start_order(window.column("start_ns").to_numpy())))
         return pack_state(
             {
                 "pending": window,
@@ -787,7 +809,7 @@ class FrameworkOps(Operator):
         self._reset()
         window: pa.Table = doc["pending"]
         self._pending = [b for b in window.to_batches() if b.num_rows]
-        self._pending_min = int(pc.min(window.column("start_ns")).as_py()) if window.num_rows else DONE
+        self._pending_min = min(map(_first_start, self._pending), default=DONE)
         self._arrivals = doc["arrivals"]
         self._names = {name: code for code, name in enumerate(doc["names"])}
         self._groups = {name: code for code, name in enumerate(doc["groups"])}
