@@ -218,9 +218,13 @@ def payload_jumps(op_names: pa.Array) -> I64:
 
 def _instances(tasks: pa.Table) -> tuple[I64, I64]:
     """The (op id, iteration) instances of ``tasks``, sorted, and each task's instance index."""
-    pairs = np.stack([column(tasks, "op_id"), column(tasks, "iteration")], axis=1)
-    keys, instance = np.unique(pairs, axis=0, return_inverse=True)
-    return keys, instance.reshape(-1)
+    op_id, iteration = column(tasks, "op_id"), column(tasks, "iteration")
+    order = np.lexsort((iteration, op_id))
+    op_id, iteration = op_id[order], iteration[order]
+    first = np.r_[True, (op_id[1:] != op_id[:-1]) | (iteration[1:] != iteration[:-1])]
+    instance = np.empty(len(order), np.int64)
+    instance[order] = np.cumsum(first) - 1
+    return np.stack([op_id[first], iteration[first]], axis=1), instance
 
 
 def _last_ends(tasks: pa.Table, instance: I64, count: int) -> I64:
@@ -316,7 +320,7 @@ class Communication(Operator):
             else:
                 self._op_infos = append(self._op_infos, pa.table(columns))
         elif stream == self._tasks_input:
-            hccl = pc.is_in(batch.column("task_type").cast(STR), value_set=pa.array(HCCL_TASK_TYPES))
+            hccl = pc.is_in(batch.column("task_type"), value_set=pa.array(HCCL_TASK_TYPES))
             rows = batch.filter(pc.and_(hccl.fill_null(False), pc.is_valid(batch.column("connection_id"))))
             self._device = append(self._device, pa.table({n: rows.column(n) for n in _DEVICE.names}))
         else:
@@ -373,7 +377,9 @@ class Communication(Operator):
             return
         threads = column(self._tracks, "thread_id")[candidates]
         hccl = self._apis.inner(COMMUNICATION_LEVEL, threads, times[candidates])
-        node = self._apis.inner(NODE_LEVEL, threads, times[candidates])
+        node = np.full(len(candidates), -1, np.int64)  # placed only in a communication API: few are
+        inside = np.flatnonzero(hccl >= 0)
+        node[inside] = self._apis.inner(NODE_LEVEL, threads[inside], times[candidates][inside])
         ends = self._apis.col("end_ns")
         done = np.maximum(gather(ends, hccl), gather(ends, node)) < watermark
         resolved = (hccl < 0) | done
@@ -440,7 +446,9 @@ class Communication(Operator):
     def _add_ops(self, described: pa.Table, node: I64) -> None:
         """Create the op rows of ops seen for the first time."""
         ids, first = np.unique(column(described, "op_id"), return_index=True)
-        new = ~np.isin(ids, column(self._ops, "op_id"))
+        known = column(self._ops, "op_id")  # sorted
+        at = np.searchsorted(known, ids)
+        new = (at == len(known)) | (gather(known, np.minimum(at, len(known) - 1)) != ids)
         if not new.any():
             return
         node_rows = node[first[new]]
@@ -470,7 +478,9 @@ class Communication(Operator):
                 "index": pa.array(np.full(int(new.sum()), -1, np.int64)),
             }
         ).cast(_OPS)
-        self._ops = append(self._ops, rows).sort_by("op_id")
+        self._ops = append(self._ops, rows)
+        if len(known) and known[-1] > ids[new][0]:  # connection ids mostly grow: sort only when not
+            self._ops = self._ops.sort_by("op_id")
 
     def _first_op_info(self, node_rows: I64) -> I64:
         """The first hccl_op_info record (by time) inside each node API row, or -1."""
@@ -701,34 +711,41 @@ class Communication(Operator):
     def _rename(self, ops: pa.Table, iteration: I64, start: I64) -> pa.Array:
         """``{name}_{group[-3:]}_{index}_{iteration}``; the index counts ops per (group, kind)."""
         op_ids = column(ops, "op_id")
-        base = ops.column("base_name").combine_chunks().to_pylist()
-        group = ops.column("group_name").combine_chunks().fill_null(NA).to_pylist()
+        base = ops.column("base_name").combine_chunks()
+        group = ops.column("group_name").combine_chunks().fill_null(NA)
         first_ns = column(ops, "first_ns")
-        assigned = {int(o): int(i) for o, i in zip(op_ids, column(ops, "index"), strict=True) if i >= 0}
-        # one step per finished op instance (not per task), in first-timestamp order
-        for i in np.argsort(first_ns, kind="stable"):
-            op = int(op_ids[i])
-            if op in assigned:
-                continue
-            key = f"{group[i]}\0{'aicpu' if AICPU_KERNEL in str(base[i]) else 'normal'}"
-            count, last_first = self._indices.get(key, [-1, int(np.iinfo(np.int64).min)])
-            counted = self.collection_start_ns is None or start[i] > self.collection_start_ns
-            if counted and first_ns[i] > last_first:
-                count, last_first = count + 1, int(first_ns[i])
-                self._indices[key] = [count, last_first]
-            assigned[op] = count
-        stored = column(self._ops, "index").copy()
-        done = np.fromiter(assigned, np.int64, len(assigned))
         # the op rows are sorted by op_id (_add_ops) and hold every op of ``ops``
-        stored[np.searchsorted(column(self._ops, "op_id"), done)] = np.fromiter(
-            assigned.values(), np.int64, len(assigned)
+        position = np.searchsorted(column(self._ops, "op_id"), op_ids)
+        stored = column(self._ops, "index").copy()
+        # one step per op without an index (its first instance: rows are sorted by op, iteration), in
+        # first-timestamp order
+        unnamed = np.flatnonzero((stored[position] < 0) & np.r_[True, op_ids[1:] != op_ids[:-1]])
+        unnamed = unnamed[np.argsort(first_ns[unnamed], kind="stable")]
+        aicpu = pc.match_substring(base, AICPU_KERNEL).to_numpy(zero_copy_only=False)[unnamed]
+        counted = (
+            np.full(len(unnamed), True)
+            if self.collection_start_ns is None
+            else (start[unnamed] > self.collection_start_ns)
         )
+        steps = zip(
+            group.take(pa.array(unnamed, I64T)).to_pylist(),
+            aicpu.tolist(),
+            first_ns[unnamed].tolist(),
+            counted.tolist(),
+            strict=True,
+        )
+        indices, never = [], int(np.iinfo(np.int64).min)
+        for name, is_aicpu, first, count_it in steps:
+            key = f"{name}\0{'aicpu' if is_aicpu else 'normal'}"
+            count, last_first = self._indices.get(key, [-1, never])
+            if count_it and first > last_first:
+                count, last_first = count + 1, first
+                self._indices[key] = [count, last_first]
+            indices.append(count)
+        stored[position[unnamed]] = indices
         self._ops = self._ops.set_column(self._ops.schema.get_field_index("index"), "index", pa.array(stored))
-        names = [
-            f"{b}_{g[-3:]}_{assigned[int(o)]}_{n}"
-            for b, g, o, n in zip(base, group, op_ids, iteration, strict=True)
-        ]
-        return pa.array(names, STR)
+        texts = [pc.cast(pa.array(values), STR) for values in (stored[position], iteration)]
+        return pc.binary_join_element_wise(base, pc.utf8_slice_codeunits(group, -3), *texts, "_")
 
     def _evict(self, joined_until: int, located: int) -> None:
         """Settle host tasks older than every device task still to join (only the newest of each
