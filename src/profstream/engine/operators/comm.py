@@ -307,8 +307,8 @@ class Communication(Operator):
         elif stream == "api":
             self._apis.add(batch)
         elif stream == "task_track":
-            rows = batch.filter(pa.array(launched_on(batch, self.device_id)))
-            self._tracks = append(self._tracks, pa.table({n: rows.column(n) for n in _TRACKS.names}))
+            rows = batch.select(_TRACKS.names).filter(pa.array(launched_on(batch, self.device_id)))
+            self._tracks = append(self._tracks, pa.table(rows))
         elif stream in ("hccl_info", "hccl_op_info"):
             fields = _INFO_FIELDS if stream == "hccl_info" else _OP_FIELDS
             columns = {name: batch.column(name) for name in ("thread_id", "time_ns")}
@@ -321,8 +321,8 @@ class Communication(Operator):
                 self._op_infos = append(self._op_infos, pa.table(columns))
         elif stream == self._tasks_input:
             hccl = pc.is_in(batch.column("task_type"), value_set=pa.array(HCCL_TASK_TYPES))
-            rows = batch.filter(pc.and_(hccl.fill_null(False), pc.is_valid(batch.column("connection_id"))))
-            self._device = append(self._device, pa.table({n: rows.column(n) for n in _DEVICE.names}))
+            wanted = pc.and_(hccl.fill_null(False), pc.is_valid(batch.column("connection_id")))
+            self._device = append(self._device, pa.table(batch.select(_DEVICE.names).filter(wanted)))
         else:
             msg = f"Communication has no input {stream!r}"
             raise ValueError(msg)
