@@ -64,7 +64,7 @@ import pyarrow.compute as pc
 from profstream.engine.kernels import hccl
 from profstream.engine.kernels._dispatch import NULL, BoolArray, Int64Array
 from profstream.engine.operators._state import ints, nullable
-from profstream.engine.operators.api import log_unmatched
+from profstream.engine.operators.api import dense_ids, log_unmatched
 from profstream.engine.operators.comm import payload_jumps
 from profstream.engine.runtime import DONE, Emit, Operator, at, pack_state, unpack_state
 from profstream.engine.schema import TABLES, conform
@@ -162,44 +162,35 @@ def _link_rows(ops: pa.Table, transfers: _Transfers) -> pa.RecordBatch:
     thresholds = pa.array([LARGE_PACKET_BYTES[k] for k in LARGE_PACKET_BYTES], pa.int64())
     at_label = pc.index_in(label, value_set=pa.array(list(LARGE_PACKET_BYTES)))
     threshold = ints(pc.fill_null(pc.take(thresholds, at_label), 0))
-    rows = pa.table(
-        {
-            "op": transfers.op,
-            "src": src,
-            "dst": dst,
-            "label": label,
-            "size": transfers.size,
-            "time": transfers.time,
-            "large": (transfers.size > threshold).astype(np.int64),
-            "seq": np.arange(transfers.op.size, dtype=np.int64),
-        }
-    )
-    keys = ["op", "src", "dst", "label"]
-    by_size = rows.group_by([*keys, "size"], use_threads=False).aggregate(
-        [("time", "count"), ("time", "sum"), ("large", "sum"), ("seq", "min")]
-    )
-    by_size = by_size.sort_by([(k, "ascending") for k in (*keys, "size")])
-    links = by_size.group_by(keys, use_threads=False).aggregate(
-        [
-            ("size", "list"),
-            ("time_count", "list"),
-            ("time_sum", "list"),
-            ("time_count", "sum"),
-            ("large_sum", "sum"),
-            ("seq_min", "min"),
-        ]
-    )
-    links = links.sort_by("seq_min_min")
-    sizes, counts = links.column("size_list"), links.column("time_count_list")
+    # transfers by link, then size: one run per (link, size), the runs of a link in ascending size
+    link = dense_ids(transfers.op, src, dst, ints(label.dictionary_encode().indices))
+    order = np.lexsort((transfers.size, link))
+    link, size = link[order], transfers.size[order]
+    run_starts = np.flatnonzero(np.r_[link.size > 0, (link[1:] != link[:-1]) | (size[1:] != size[:-1])])
+    run_link, run_size = link[run_starts], size[run_starts]
+    run_counts = np.diff(np.r_[run_starts, link.size])
+    run_times = np.add.reduceat(transfers.time[order], run_starts)
+    link_runs = np.flatnonzero(np.r_[run_link.size > 0, run_link[1:] != run_link[:-1]])  # first runs
+    link_starts = run_starts[link_runs]
+    # links in order of first transfer: the transfer order is the row order
+    first = np.minimum.reduceat(order, link_starts)
+    by_first = np.argsort(first)
+    offsets = pa.array(np.r_[link_runs, run_link.size].astype(np.int32))
+
+    def lists(values: Int64Array) -> pa.Array:
+        return pa.ListArray.from_arrays(offsets, pa.array(values, pa.int64())).take(pa.array(by_first))
+
+    sizes, counts, times = lists(run_size), lists(run_counts), lists(run_times)
     flat_sizes = ints(pc.list_flatten(sizes))
     flat_counts = ints(pc.list_flatten(counts))
-    flat_times = ints(pc.list_flatten(links.column("time_sum_list")))
+    flat_times = ints(pc.list_flatten(times))
     parent = ints(pc.list_parent_indices(sizes))
-    size_sum = np.bincount(parent, flat_sizes * flat_counts, minlength=links.num_rows).astype(np.int64)
-    time_sum = np.bincount(parent, flat_times, minlength=links.num_rows).astype(np.int64)
+    size_sum = np.bincount(parent, flat_sizes * flat_counts, minlength=len(sizes)).astype(np.int64)
+    time_sum = np.bincount(parent, flat_times, minlength=len(sizes)).astype(np.int64)
     bandwidth = np.divide(size_sum, time_sum, out=np.zeros(size_sum.size), where=time_sum != 0)
-    link_src, link_dst = ints(links.column("src")), ints(links.column("dst"))
-    take = links.column("op")
+    row = order[link_starts][by_first]  # a transfer of each link
+    large = (transfers.size > threshold).astype(np.int64)[order]
+    take = pa.array(transfers.op[row])
     return conform(
         TABLES["comm_links"],
         {
@@ -208,17 +199,17 @@ def _link_rows(ops: pa.Table, transfers: _Transfers) -> pa.RecordBatch:
             "group_name": ops.column("group_name").take(take),
             "op_type": ops.column("op_type").take(take),
             "start_ns": ops.column("start_ns").take(take),
-            "src_rank": nullable(link_src),
-            "dst_rank": nullable(link_dst),
-            "transport_type": links.column("label"),
+            "src_rank": nullable(src[row]),
+            "dst_rank": nullable(dst[row]),
+            "transport_type": label.take(pa.array(row)),
             "size_bytes": size_sum,
             "transit_ns": time_sum,
             "bandwidth_gbps": bandwidth,
-            "packets": links.column("time_count_sum"),
-            "large_packets": links.column("large_sum_sum"),
+            "packets": np.add.reduceat(run_counts, link_runs)[by_first],
+            "large_packets": np.add.reduceat(large, link_starts)[by_first],
             "packet_sizes": sizes,
             "packet_counts": counts,
-            "packet_transit_ns": links.column("time_sum_list"),
+            "packet_transit_ns": times,
         },
     )
 
@@ -278,14 +269,12 @@ class CommAnalysis(Operator):
         self._tasks = _kept(tasks, task_arrival, ~(matched | dropped))
         if not ready.any():
             return []
-        return self._analyse(ops.filter(pa.array(ready)), tasks.filter(pa.array(matched)))
+        op = (np.cumsum(ready) - 1)[owner_row[matched]]  # each matched task's row among the ready ops
+        return self._analyse(ops.filter(pa.array(ready)), tasks.filter(pa.array(matched)), op)
 
-    def _analyse(self, ops: pa.Table, tasks: pa.Table) -> list[Emit]:
-        """The rows of ``ops`` from ``tasks``, which are all theirs."""
+    def _analyse(self, ops: pa.Table, tasks: pa.Table, op: Int64Array) -> list[Emit]:
+        """The rows of ``ops`` from ``tasks``, which are all theirs: task ``i`` is op ``op[i]``'s."""
         op_names = _texts(ops, "op_name")
-        owner = pc.index_in(_texts(tasks, "op_name"), value_set=op_names)
-        matched = owner.is_valid()
-        tasks, op = tasks.filter(matched), ints(owner.filter(matched))
         start, end = ints(tasks.column("start_ns")), ints(tasks.column("end_ns"))
         order = np.lexsort((np.arange(op.size), start, op))  # each op's tasks in time order
         tasks, op, start, end = tasks.take(pa.array(order, pa.int64())), op[order], start[order], end[order]
