@@ -72,9 +72,11 @@ class Gap(msgspec.Struct, frozen=True):
 #: number of their key's first allocation; 13: FrameworkOps' waiting ops carry their flops text,
 #: HostJoin's settled launches their kernel name and memcpy size and operation, HostJoin holds the
 #: memcpy_info records still to match, OperatorDetails the kernels of its held ops, and FrameworkOps,
-#: FrameworkSteps and OperatorDetails the flow ids of their recent kernels), so that
-#: another version refuses a checkpoint instead of misreading it
-STATE_FORMAT = 13
+#: FrameworkSteps and OperatorDetails the flow ids of their recent kernels; 14: HostJoin holds
+#: tensor_info one row per record with its texts joined, and its device tasks in start order;
+#: FrameworkOps' window is one batch in start order), so that another version refuses a checkpoint
+#: instead of misreading it
+STATE_FORMAT = 14
 
 
 #: the codec of the operator states in the daemon's snapshots (Arrow's zstd): the state of a 1 GB
