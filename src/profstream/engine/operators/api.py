@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 
 from profstream import events
 from profstream.codecs._host import LEVELS
-from profstream.codecs.dictionaries import TYPE_FALLBACKS, resolve
+from profstream.codecs.dictionaries import TYPE_FALLBACKS
 from profstream.engine import schema
 from profstream.engine.kernels import search
 from profstream.engine.runtime import DONE, Emit, Operator, pack_state, unpack_state
@@ -83,9 +83,6 @@ ACL_API_TAGS = {
     11: "ACL_ATB",
 }
 
-_EMPTY_HASHES = pa.table({"hash": pa.array([], pa.uint64()), "value": pa.array([], pa.string())})
-
-
 # -- dictionaries --------------------------------------------------------------------------------
 
 
@@ -96,64 +93,79 @@ def _strings(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return values.cast(pa.string())
 
 
+def _backwards(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``values`` last row first, one chunk: lookups find the first match, and the last duplicate wins."""
+    return _whole(values).take(pa.array(np.arange(len(values) - 1, -1, -1)))
+
+
+def _whole(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
 @dataclass(frozen=True)
 class Dictionaries:
     """``hash_dic`` and ``type_info_dic`` rows (``FeedSet.table``), and name lookups over them.
 
     Missing ids print as their decimal number (cann_raw_formats.md §2.10); the C++ fallback names
-    of runtime types 27/28 apply when type_info_dic lacks them.
+    of runtime types 27/28 apply when type_info_dic lacks them. Both tables are indexed once: a join
+    asks for thousands of names per batch, of a few dozen distinct ids.
     """
 
     hashes: pa.Table | None = None
     types: pa.Table | None = None
-    _type_keys: pa.Array = field(init=False, repr=False)
-    _type_names: pa.Array = field(init=False, repr=False)
+    _hash_keys: pa.Array = field(init=False, repr=False)
+    _hash_names: pa.Array = field(init=False, repr=False)
+    _type_names: dict[tuple[int, int], str | None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.types is None or self.types.num_rows == 0:
-            keys, names = pa.array([], pa.string()), pa.array([], pa.string())
-        else:
-            backwards = pa.array(np.arange(self.types.num_rows - 1, -1, -1))  # the last duplicate wins
-            rows = self.types.take(backwards)
-            keys = _type_key(rows.column("level"), rows.column("type"))
-            names = _strings(rows.column("name"))
-        object.__setattr__(self, "_type_keys", keys)
-        object.__setattr__(self, "_type_names", names)
+        keys, names = pa.array([], pa.uint64()), pa.array([], pa.string())
+        if self.hashes is not None and self.hashes.num_rows:
+            keys = _backwards(self.hashes.column("hash")).cast(pa.uint64())
+            names = _strings(_backwards(self.hashes.column("value")))
+        types: dict[tuple[int, int], str | None] = {}
+        if self.types is not None:  # the last duplicate wins
+            rows = zip(
+                *(self.types.column(name).to_pylist() for name in ("level", "type", "name")), strict=True
+            )
+            types.update(((int(level), int(kind)), name) for level, kind, name in rows)
+        object.__setattr__(self, "_hash_keys", keys)
+        object.__setattr__(self, "_hash_names", names)
+        object.__setattr__(self, "_type_names", types)
+
+    def _found(self, ids: Array | pa.Array) -> tuple[pa.Array, pa.Array]:
+        """The ids as uint64, and their hash_dic strings (null where hash_dic lacks one)."""
+        values = ids if isinstance(ids, pa.Array) else pa.array(np.asarray(ids).astype(np.uint64))
+        values = values.cast(pa.uint64())
+        return values, self._hash_names.take(pc.index_in(values, value_set=self._hash_keys))
 
     def names(self, ids: Array | pa.Array) -> pa.Array:
         """Strings of uint64 hash ids (nulls stay null)."""
-        values = ids if isinstance(ids, pa.Array) else pa.array(np.asarray(ids).astype(np.uint64))
-        return _strings(resolve(values, self.hashes if self.hashes is not None else _EMPTY_HASHES))
+        values, found = self._found(ids)
+        if found.null_count == values.null_count:
+            return found
+        missing = pc.and_(pc.is_null(found), pc.is_valid(values))
+        return pc.replace_with_mask(found, missing, pc.cast(values.filter(missing), pa.string()))
 
     def found_names(self, ids: Array | pa.Array) -> pa.Array:
         """Strings of the uint64 hash ids hash_dic holds, null for any other (0 included), as msprof's
         task_track parser names kernels (``TaskTrackParser.format_task_track_data``: ``N/A`` for a
         hash it does not find)."""
-        values = ids if isinstance(ids, pa.Array) else pa.array(np.asarray(ids).astype(np.uint64))
-        hashes = (self.hashes if self.hashes is not None else _EMPTY_HASHES).column("hash")
-        keys = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
-        found = pc.is_in(values.cast(pa.uint64()), value_set=keys.cast(pa.uint64()))
-        return pc.if_else(found, self.names(values), pa.scalar(None, pa.string()))
+        return self._found(ids)[1]
 
     def type_names(self, levels: Array, types: Array) -> pa.Array:
         """Strings of (level, type) ids through type_info_dic."""
         level = np.asarray(levels).astype(np.uint64)
         kind = np.asarray(types).astype(np.uint64)
-        position = pc.index_in(_type_key(pa.array(level), pa.array(kind)), value_set=self._type_keys)
-        found = self._type_names.take(position)
-        fallback = np.full(len(kind), None, object)
-        runtime = level == RUNTIME_LEVEL
-        for number, name in TYPE_FALLBACKS.items():
-            fallback[runtime & (kind == number)] = name
-        numbers = pc.cast(pa.array(kind), pa.string())
-        return pc.coalesce(found, pa.array(fallback, pa.string()), numbers)
+        pair = dense_ids(level, kind)
+        first = np.zeros(int(pair.max(initial=-1)) + 1, np.int64)
+        first[pair] = np.arange(len(pair))  # a row of each distinct pair
+        return encode([self._type_name(int(level[i]), int(kind[i])) for i in first.tolist()], pair)
 
-
-def _type_key(levels: pa.Array | pa.ChunkedArray, types: pa.Array | pa.ChunkedArray) -> pa.Array:
-    level = pc.cast(levels, pa.uint64()).cast(pa.string())
-    kind = pc.cast(types, pa.uint64()).cast(pa.string())
-    joined = pc.binary_join_element_wise(level, kind, "_")
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+    def _type_name(self, level: int, kind: int) -> str:
+        name = self._type_names.get((level, kind))
+        if name is None and level == RUNTIME_LEVEL:
+            name = TYPE_FALLBACKS.get(kind)
+        return str(kind) if name is None else name
 
 
 def encode(values: Sequence[str | None] | pa.Array, codes: Array) -> pa.Array:
