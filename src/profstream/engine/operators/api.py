@@ -350,10 +350,11 @@ def append(table: pa.Table, rows: pa.Table) -> pa.Table:
 
 
 def column(table: pa.Table | pa.RecordBatch, name: str, dtype: npt.DTypeLike = np.int64) -> Array:
-    """A column as a numpy array of ``dtype`` (nulls are not expected here)."""
+    """A column as a numpy array of ``dtype`` (nulls are not expected here); a column of one chunk is
+    read in place (most are: tables are combined as they collect chunks, see :data:`MAX_CHUNKS`)."""
     values = table.column(name)
     if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
+        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
     return np.asarray(values.to_numpy(zero_copy_only=False)).astype(dtype, copy=False)
 
 
