@@ -157,9 +157,14 @@ class Dictionaries:
         level = np.asarray(levels).astype(np.uint64)
         kind = np.asarray(types).astype(np.uint64)
         pair = dense_ids(level, kind)
-        first = np.zeros(int(pair.max(initial=-1)) + 1, np.int64)
-        first[pair] = np.arange(len(pair))  # a row of each distinct pair
-        return encode([self._type_name(int(level[i]), int(kind[i])) for i in first.tolist()], pair)
+        first = first_rows(pair)
+        return encode(
+            [
+                self._type_name(lv, k)
+                for lv, k in zip(level[first].tolist(), kind[first].tolist(), strict=True)
+            ],
+            pair,
+        )
 
     def _type_name(self, level: int, kind: int) -> str:
         name = self._type_names.get((level, kind))
@@ -178,27 +183,75 @@ def encode(values: Sequence[str | None] | pa.Array, codes: Array) -> pa.Array:
 def enum_names(codes: Array, names: Mapping[int, str]) -> pa.Array:
     """Names of enum codes; codes without a name print as their number."""
     values = np.asarray(codes).astype(np.int64)
-    unique, inverse = np.unique(values, return_inverse=True)
-    labels = [names.get(int(v), str(int(v))) for v in unique]  # one lookup per distinct code
-    return encode(labels, inverse.reshape(-1))
+    ids = dense_ids(values)
+    labels = [names.get(v, str(v)) for v in values[first_rows(ids)].tolist()]  # one per distinct code
+    return encode(labels, ids)
 
 
 # -- joins over time -----------------------------------------------------------------------------
 
 
 def dense_ids(*columns: Array) -> I64:
-    """One id per distinct row of ``columns`` (rows that are equal in every column share an id)."""
+    """One id per distinct row of ``columns`` (rows that are equal in every column share an id), the
+    ids numbering the distinct rows in their order (the first column the most significant).
+
+    Integer columns are packed into as few int64 keys as hold them (each run of columns as the digits
+    of one number), so one sort does the work of a sort per column; when one key holds every column
+    and takes no more values than there are rows, a table of those values gives the ids without a sort.
+    """
     n = len(columns[0])
     if n == 0:
         return np.zeros(0, np.int64)
-    order = np.lexsort(tuple(reversed(columns)))
+    keys, room = _packed(columns)
+    if len(keys) == 1 and room <= n:
+        present = np.zeros(room, np.bool_)
+        present[keys[0]] = True
+        return (np.cumsum(present) - 1)[keys[0]]
+    order = np.lexsort(tuple(reversed(keys)))  # stable sorts: fast on runs of sorted rows
     change = np.zeros(n, np.bool_)
-    for column in columns:
-        ordered = np.asarray(column)[order]
+    for key in keys:
+        ordered = key[order]
         change[1:] |= ordered[1:] != ordered[:-1]
     ids = np.empty(n, np.int64)
     ids[order] = np.cumsum(change)
     return ids
+
+
+#: the values an int64 key can take
+KEY_VALUES = 2**63
+
+
+def _packed(columns: Sequence[Array]) -> tuple[list[Array], int]:
+    """The keys of :func:`dense_ids`, and how many values the last one takes (:data:`KEY_VALUES` when
+    it is a column as it is: not integer, or too wide to pack)."""
+    keys: list[Array] = []
+    room = KEY_VALUES
+    for column in columns:
+        values = np.asarray(column)
+        if values.dtype.kind not in "biu" or (span := int(values.max()) - int(values.min()) + 1) > KEY_VALUES:
+            keys.append(values)
+            room = KEY_VALUES
+            continue
+        low = values.min()
+        digits = (
+            (values - low).astype(np.int64)
+            if values.dtype == np.uint64
+            else values.astype(np.int64) - int(low)
+        )
+        if keys and room * span <= KEY_VALUES:
+            keys[-1] = keys[-1] * span + digits
+            room *= span
+        else:
+            keys.append(digits)
+            room = span
+    return keys, room
+
+
+def first_rows(ids: I64) -> I64:
+    """A row of each id ``0..ids.max()`` (ids from :func:`dense_ids`, every one of them used)."""
+    rows = np.zeros(int(ids.max(initial=-1)) + 1, np.int64)
+    rows[ids] = np.arange(len(ids))
+    return rows
 
 
 def latest_before(keys: Array, times: Array, query_keys: Array, query_times: Array) -> I64:
