@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
-DICT = pa.dictionary(pa.int32(), pa.string())
+STRING = pa.string()
+DICT = pa.dictionary(pa.int32(), STRING)
 I64 = pa.int64()
 I32 = pa.int32()
 F64 = pa.float64()
@@ -422,9 +423,11 @@ def conform(schema: pa.Schema, columns: Mapping[str, pa.Array | object]) -> pa.R
             arrays.append(pa.nulls(length, field.type))
             continue
         array = value if isinstance(value, pa.Array | pa.ChunkedArray) else pa.array(value)
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks()
-        if array.type != field.type:
+        if isinstance(array, pa.ChunkedArray):  # one chunk (the usual table column) is taken as it is
+            array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+        if array.type == STRING and field.type == DICT:
+            array = array.dictionary_encode()  # what the cast gives, in about half the time
+        elif array.type != field.type:
             array = array.cast(field.type)
         arrays.append(array)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
