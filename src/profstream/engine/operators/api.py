@@ -45,6 +45,7 @@ containing a time, intervals ``(start, end]`` as msprof's tree builder attaches 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,56 +196,32 @@ def dense_ids(*columns: Array) -> I64:
     """One id per distinct row of ``columns`` (rows that are equal in every column share an id), the
     ids numbering the distinct rows in their order (the first column the most significant).
 
-    Integer columns are packed into as few int64 keys as hold them (each run of columns as the digits
-    of one number), so one sort does the work of a sort per column; when one key holds every column
-    and takes no more values than there are rows, a table of those values gives the ids without a sort.
+    When the columns are integers whose combinations of values (the product of their spans) are no
+    more than the rows, the rows are numbered as the digits of one number through a table of those
+    numbers, without a sort (enum codes, type ids).
     """
     n = len(columns[0])
     if n == 0:
         return np.zeros(0, np.int64)
-    keys, room = _packed(columns)
-    if len(keys) == 1 and room <= n:
-        present = np.zeros(room, np.bool_)
-        present[keys[0]] = True
-        return (np.cumsum(present) - 1)[keys[0]]
-    order = np.lexsort(tuple(reversed(keys)))  # stable sorts: fast on runs of sorted rows
+    arrays = [np.asarray(column) for column in columns]
+    if all(values.dtype.kind in "iu" for values in arrays):
+        lows = [int(values.min()) for values in arrays]
+        spans = [int(values.max()) - low + 1 for values, low in zip(arrays, lows, strict=True)]
+        if math.prod(spans) <= n:
+            key = np.zeros(n, np.int64)
+            for values, low, span in zip(arrays, lows, spans, strict=True):
+                key = key * span + (values - values.dtype.type(low)).astype(np.int64)
+            present = np.zeros(math.prod(spans), np.bool_)
+            present[key] = True
+            return (np.cumsum(present) - 1)[key]
+    order = np.lexsort(tuple(reversed(arrays)))
     change = np.zeros(n, np.bool_)
-    for key in keys:
-        ordered = key[order]
+    for values in arrays:
+        ordered = values[order]
         change[1:] |= ordered[1:] != ordered[:-1]
     ids = np.empty(n, np.int64)
     ids[order] = np.cumsum(change)
     return ids
-
-
-#: the values an int64 key can take
-KEY_VALUES = 2**63
-
-
-def _packed(columns: Sequence[Array]) -> tuple[list[Array], int]:
-    """The keys of :func:`dense_ids`, and how many values the last one takes (:data:`KEY_VALUES` when
-    it is a column as it is: not integer, or too wide to pack)."""
-    keys: list[Array] = []
-    room = KEY_VALUES
-    for column in columns:
-        values = np.asarray(column)
-        if values.dtype.kind not in "biu" or (span := int(values.max()) - int(values.min()) + 1) > KEY_VALUES:
-            keys.append(values)
-            room = KEY_VALUES
-            continue
-        low = values.min()
-        digits = (
-            (values - low).astype(np.int64)
-            if values.dtype == np.uint64
-            else values.astype(np.int64) - int(low)
-        )
-        if keys and room * span <= KEY_VALUES:
-            keys[-1] = keys[-1] * span + digits
-            room *= span
-        else:
-            keys.append(digits)
-            room = span
-    return keys, room
 
 
 def first_rows(ids: I64) -> I64:
