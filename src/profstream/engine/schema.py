@@ -406,6 +406,13 @@ TABLES: Mapping[str, pa.Schema] = {
 }
 
 
+def one_array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``values`` as one array: a chunked array of one chunk (the usual table column) without a copy."""
+    if isinstance(values, pa.Array):
+        return values
+    return values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+
+
 def conform(schema: pa.Schema, columns: Mapping[str, pa.Array | object]) -> pa.RecordBatch:
     """A batch of ``schema`` from named columns; a missing column is all null, strings are encoded.
 
@@ -423,8 +430,7 @@ def conform(schema: pa.Schema, columns: Mapping[str, pa.Array | object]) -> pa.R
             arrays.append(pa.nulls(length, field.type))
             continue
         array = value if isinstance(value, pa.Array | pa.ChunkedArray) else pa.array(value)
-        if isinstance(array, pa.ChunkedArray):  # one chunk (the usual table column) is taken as it is
-            array = array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
+        array = one_array(array)
         if array.type == STRING and field.type == DICT:
             array = array.dictionary_encode()  # what the cast gives, in about half the time
         elif array.type != field.type:

@@ -96,11 +96,7 @@ def _strings(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def _backwards(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """``values`` last row first, one chunk: lookups find the first match, and the last duplicate wins."""
-    return _whole(values).take(pa.array(np.arange(len(values) - 1, -1, -1)))
-
-
-def _whole(values: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    return schema.one_array(values).take(pa.array(np.arange(len(values) - 1, -1, -1)))
 
 
 @dataclass(frozen=True)
@@ -382,9 +378,7 @@ def append(table: pa.Table, rows: pa.Table) -> pa.Table:
 def column(table: pa.Table | pa.RecordBatch, name: str, dtype: npt.DTypeLike = np.int64) -> Array:
     """A column as a numpy array of ``dtype`` (nulls are not expected here); a column of one chunk is
     read in place (most are: tables are combined as they collect chunks, see :data:`MAX_CHUNKS`)."""
-    values = table.column(name)
-    if isinstance(values, pa.ChunkedArray):
-        values = values.chunk(0) if values.num_chunks == 1 else values.combine_chunks()
+    values = schema.one_array(table.column(name))
     return np.asarray(values.to_numpy(zero_copy_only=False)).astype(dtype, copy=False)
 
 

@@ -119,6 +119,7 @@ from profstream.engine.operators.api import (
     empty,
     encode,
     enum_names,
+    first_rows,
     frozen,
     gather,
     group_ranks,
@@ -340,17 +341,15 @@ def tensor_records(batch: pa.RecordBatch, first_seq: int) -> pa.Table:
         for name in ("format", "sub_format", "data_type")
     )
     which = dense_ids(*dims.T, fmt, sub, dtype)  # one id per distinct description
-    first = np.zeros(int(which.max(initial=-1)) + 1, np.int64)
-    first[which] = np.arange(len(which))  # a tensor of each description
+    first = first_rows(which)  # a tensor of each description
     texts = tensor_descriptions(dims[first], fmt[first], sub[first], dtype[first])
     # each (record, side) as the description in each of its slots, -1 where a slot is not its
     sides = np.full((n, 2, MAX_TENSORS), -1, np.int64)
     sides[record, (kind[record, slot] == TENSOR_OUTPUT).astype(np.int64), slot] = which
     sides = sides.reshape(2 * n, MAX_TENSORS)
     side = dense_ids(*sides.T)  # one id per distinct list of descriptions
-    count = int(side.max(initial=-1)) + 1
-    one = np.zeros(count, np.int64)
-    one[side] = np.arange(2 * n)  # a (record, side) of each distinct list
+    one = first_rows(side)  # a (record, side) of each distinct list
+    count = len(one)
     owner, _ = np.nonzero(sides[one] >= 0)
     members = pa.array(sides[one][sides[one] >= 0])
     kept = np.flatnonzero(used.any(axis=1))
