@@ -110,7 +110,7 @@ from profstream.engine.operators._state import (
     unpack_keyed,
 )
 from profstream.engine.runtime import DONE, START, Emit, Operator, at, pack_state, unpack_state
-from profstream.engine.schema import TABLES, conform
+from profstream.engine.schema import TABLES, conform, one_array
 
 #: npu_module_mem component names by module id: msprof's C++ ``MODULE_NAME_TABLE``
 #: (Ascend/msprof ``analysis/csrc/application/database/db_constant.h``), which writes npu_module_mem on
@@ -211,8 +211,7 @@ def _column(batch: pa.RecordBatch, name: str, default: int) -> Int64Array:
 def _decoded(column: pa.Array | pa.ChunkedArray) -> tuple[list[str], Int64Array]:
     """A string column as the texts of its dictionary (a null as "", one more "" last) and each row's
     index into them (a null row: the last)."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+    column = one_array(column)
     if not pa.types.is_dictionary(column.type):
         column = pc.dictionary_encode(column)
     texts = [*column.dictionary.cast(pa.string()).fill_null("").to_pylist(), ""]
